@@ -1,0 +1,66 @@
+//! Cgroup stat collection for below without parsing text where the kernel
+//! allows it: a BPF cgroup iterator, kernel-flushed stream files, or plain
+//! reads of the cgroupfs text files, chosen per file.
+
+mod collector;
+mod files;
+mod mount;
+pub mod parse;
+mod plan;
+pub mod read;
+mod snapshot;
+
+use cgroupfs::CpuPressure;
+use cgroupfs::IoPressure;
+use cgroupfs::MemoryPressure;
+use cgroupfs::Pressure;
+use cgroupfs::PressureMetrics;
+
+pub use crate::collector::CgroupCollector;
+pub use crate::collector::Options;
+pub use crate::files::FileSet;
+pub use crate::files::StatFile;
+pub use crate::mount::check_cgroup2_root;
+pub use crate::mount::find_cgroup2_mount;
+pub use crate::plan::BackendChoice;
+pub use crate::plan::BackendKind;
+pub use crate::plan::Capability;
+pub use crate::plan::FileChoice;
+pub use crate::plan::Plan;
+pub use crate::plan::Support;
+pub use crate::snapshot::FileError;
+pub use crate::snapshot::Node;
+pub use crate::snapshot::Snapshot;
+
+type PressureLines = (PressureMetrics, Option<PressureMetrics>);
+
+/// below keeps the three pressure files as one field; io and memory must
+/// have a "full" line.
+pub(crate) fn assemble_pressure(
+    cpu: PressureLines,
+    io: PressureLines,
+    memory: PressureLines,
+    cgroup: &str,
+    errors: &mut Vec<FileError>,
+) -> Option<Pressure> {
+    let mut full = |lines: PressureLines, file| {
+        if lines.1.is_none() {
+            errors.push(FileError {
+                cgroup: cgroup.to_owned(),
+                file,
+                error: "no \"full\" line".to_owned(),
+            });
+        }
+        lines.1.map(|full| (lines.0, full))
+    };
+    let io = full(io, StatFile::IoPressure);
+    let memory = full(memory, StatFile::MemoryPressure);
+    Some(Pressure {
+        cpu: CpuPressure {
+            some: cpu.0,
+            full: cpu.1,
+        },
+        io: io.map(|(some, full)| IoPressure { some, full })?,
+        memory: memory.map(|(some, full)| MemoryPressure { some, full })?,
+    })
+}

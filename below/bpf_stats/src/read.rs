@@ -1,0 +1,349 @@
+//! Plain read: today's cgroupfs text files, the backend of last resort.
+//!
+//! Files are opened relative to a kept directory fd (`openat`) and read into
+//! one reused buffer; the parsers walk borrowed slices of it.
+
+use std::ffi::CStr;
+use std::io;
+use std::os::fd::AsFd;
+use std::os::fd::AsRawFd;
+use std::os::fd::BorrowedFd;
+use std::os::fd::FromRawFd;
+use std::os::fd::OwnedFd;
+use std::path::Path;
+
+use anyhow::Context;
+use anyhow::Result;
+use model::CgroupSample;
+use nix::errno::Errno;
+use nix::fcntl::OFlag;
+use nix::sys::stat::Mode;
+use regex::Regex;
+
+use crate::parse;
+use crate::FileError;
+use crate::FileSet;
+use crate::Node;
+use crate::Snapshot;
+use crate::StatFile;
+
+/// Open a directory read-only, relative to `dir` (or absolute).
+pub(crate) fn open_dir_at(dir: Option<BorrowedFd>, path: &CStr) -> nix::Result<OwnedFd> {
+    let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC;
+    let fd = match dir {
+        Some(d) => nix::fcntl::openat(Some(d.as_raw_fd()), path, flags, Mode::empty())?,
+        None => nix::fcntl::open(path, flags, Mode::empty())?,
+    };
+    // SAFETY: `fd` was just returned by open(2) and is owned by no one else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+pub(crate) fn open_root(root: &Path) -> Result<OwnedFd> {
+    let c = std::ffi::CString::new(root.as_os_str().as_encoded_bytes())
+        .with_context(|| format!("Invalid cgroup root {}", root.display()))?;
+    open_dir_at(None, &c).with_context(|| format!("Failed to open cgroup root {}", root.display()))
+}
+
+/// Counters of the work a reader did, for tests and the benchmark.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct ReadCounters {
+    pub files_opened: u64,
+    pub dirs_opened: u64,
+}
+
+/// Reads cgroup files into a reused buffer.
+#[derive(Default)]
+pub struct PlainReader {
+    buf: Vec<u8>,
+    pub counters: ReadCounters,
+}
+
+/// What reading one file gave.
+enum Content<'a> {
+    Text(&'a str),
+    /// Not there: the file does not exist for this cgroup (controller not
+    /// enabled, root), the cgroup went away (ENODEV), or pressure is
+    /// disabled (EOPNOTSUPP).
+    Absent,
+}
+
+/// Whether a cgroup could be read, or was removed while we read it.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Liveness {
+    Alive,
+    Gone,
+}
+
+impl PlainReader {
+    fn read(&mut self, dir: BorrowedFd, file: StatFile) -> io::Result<Content<'_>> {
+        let fd = match nix::fcntl::openat(
+            Some(dir.as_raw_fd()),
+            file.path(),
+            OFlag::O_RDONLY | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        ) {
+            Ok(fd) => fd,
+            Err(Errno::ENOENT | Errno::ENODEV) => return Ok(Content::Absent),
+            Err(e) => return Err(e.into()),
+        };
+        self.counters.files_opened += 1;
+        // SAFETY: freshly opened, owned here.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        self.buf.clear();
+        loop {
+            if self.buf.capacity() - self.buf.len() < 4096 {
+                self.buf.reserve(self.buf.capacity().max(4096));
+            }
+            let spare = self.buf.spare_capacity_mut();
+            // SAFETY: reading into the vector's spare capacity, then
+            // extending its length by exactly what read(2) wrote.
+            let n = unsafe {
+                libc::read(
+                    fd.as_raw_fd(),
+                    spare.as_mut_ptr() as *mut libc::c_void,
+                    spare.len(),
+                )
+            };
+            if n < 0 {
+                return match Errno::last() {
+                    Errno::ENODEV | Errno::EOPNOTSUPP => Ok(Content::Absent),
+                    Errno::EINTR => continue,
+                    e => Err(e.into()),
+                };
+            }
+            if n == 0 {
+                break;
+            }
+            // SAFETY: see above.
+            unsafe { self.buf.set_len(self.buf.len() + n as usize) };
+        }
+        std::str::from_utf8(&self.buf)
+            .map(Content::Text)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+    }
+
+    /// Reads and parses one file; on failure records a [`FileError`] and
+    /// gives `None`. `absent` is set when the file is not there.
+    fn get<T>(
+        &mut self,
+        dir: BorrowedFd,
+        cgroup: &str,
+        file: StatFile,
+        parse: impl FnOnce(&str) -> parse::Result<T>,
+        errors: &mut Vec<FileError>,
+        absent: &mut bool,
+    ) -> Option<T> {
+        let error = match self.read(dir, file) {
+            Ok(Content::Text(text)) => match parse(text) {
+                Ok(v) => return Some(v),
+                Err(e) => e.to_string(),
+            },
+            Ok(Content::Absent) => {
+                *absent = true;
+                return None;
+            }
+            Err(e) => e.to_string(),
+        };
+        errors.push(FileError {
+            cgroup: cgroup.to_owned(),
+            file,
+            error,
+        });
+        None
+    }
+
+    /// Reads `files` of the cgroup open at `dir` into `s`.
+    ///
+    /// Returns [`Liveness::Gone`] when the cgroup was removed while being
+    /// read, so the caller can drop it rather than report an empty cgroup.
+    pub fn read_cgroup(
+        &mut self,
+        dir: BorrowedFd,
+        cgroup: &str,
+        files: FileSet,
+        s: &mut CgroupSample,
+        errors: &mut Vec<FileError>,
+    ) -> Liveness {
+        let mut absent = false;
+        let mut pressure = (None, None, None);
+        for f in files.iter() {
+            macro_rules! get {
+                ($parse:expr) => {
+                    self.get(dir, cgroup, f, $parse, errors, &mut absent)
+                };
+            }
+            match f {
+                StatFile::CpuStat => s.cpu_stat = get!(parse::cpu_stat),
+                StatFile::IoStat => s.io_stat = get!(parse::io_stat),
+                StatFile::PidsCurrent => s.tids_current = get!(parse::single_u64),
+                StatFile::PidsMax => s.tids_max = get!(parse::u64_or_max),
+                StatFile::MemoryCurrent => s.memory_current = get!(parse::single_i64),
+                StatFile::MemoryStat => s.memory_stat = get!(parse::memory_stat),
+                StatFile::CpuPressure => pressure.0 = get!(parse::pressure),
+                StatFile::IoPressure => pressure.1 = get!(parse::pressure),
+                StatFile::MemoryPressure => pressure.2 = get!(parse::pressure),
+                StatFile::MemorySwapCurrent => s.memory_swap_current = get!(parse::single_i64),
+                StatFile::MemoryMin => s.memory_min = get!(parse::u64_or_max),
+                StatFile::MemoryLow => s.memory_low = get!(parse::u64_or_max),
+                StatFile::MemoryHigh => s.memory_high = get!(parse::u64_or_max),
+                StatFile::MemoryMax => s.memory_max = get!(parse::u64_or_max),
+                StatFile::MemorySwapMax => s.memory_swap_max = get!(parse::u64_or_max),
+                StatFile::MemoryZswapMax => s.memory_zswap_max = get!(parse::u64_or_max),
+                StatFile::MemoryEvents => s.memory_events = get!(parse::memory_events),
+                StatFile::MemoryEventsLocal => {
+                    s.memory_events_local = get!(parse::memory_events_local)
+                }
+                StatFile::CgroupStat => s.cgroup_stat = get!(parse::cgroup_stat),
+                StatFile::MemoryNumaStat => s.memory_numa_stat = get!(parse::numa_stat),
+                StatFile::CpusetCpus => s.cpuset_cpus = get!(parse::cpuset),
+                StatFile::CpusetCpusEffective => s.cpuset_cpus_effective = get!(parse::cpuset),
+                StatFile::CpusetMems => s.cpuset_mems = get!(parse::mem_nodes),
+                StatFile::CpusetMemsEffective => s.cpuset_mems_effective = get!(parse::mem_nodes),
+                StatFile::CpuWeight => s.cpu_weight = get!(parse::single_u32),
+                StatFile::CpuMax => s.cpu_max = get!(parse::cpu_max),
+                StatFile::CgroupControllers => s.cgroup_controllers = get!(parse::controllers),
+                StatFile::CgroupSubtreeControl => {
+                    s.cgroup_subtree_control = get!(parse::controllers)
+                }
+            }
+        }
+        if let (Some(cpu), Some(io), Some(mem)) = pressure {
+            s.pressure = crate::assemble_pressure(cpu, io, mem, cgroup, errors);
+        }
+        // A missing file is normal (controller off); a missing
+        // cgroup.controllers, which every cgroup has, means it is gone.
+        if absent && !cgroup.is_empty() && !exists_at(dir, StatFile::CgroupControllers.path()) {
+            return Liveness::Gone;
+        }
+        Liveness::Alive
+    }
+}
+
+fn exists_at(dir: BorrowedFd, name: &CStr) -> bool {
+    nix::unistd::faccessat(
+        Some(dir.as_raw_fd()),
+        name,
+        nix::unistd::AccessFlags::F_OK,
+        nix::fcntl::AtFlags::empty(),
+    )
+    .is_ok()
+}
+
+/// The plain-read walk: readdir from the root, read each cgroup's files.
+pub struct Walker {
+    root_fd: OwnedFd,
+    pub reader: PlainReader,
+    /// Children whose path relative to the root matches are skipped with
+    /// their subtree (below's `cgroup_filter_out`).
+    filter: Option<Regex>,
+}
+
+impl Walker {
+    pub fn new(root: &Path, filter: Option<Regex>) -> Result<Self> {
+        Ok(Walker {
+            root_fd: open_root(root)?,
+            reader: PlainReader::default(),
+            filter,
+        })
+    }
+
+    pub fn root_fd(&self) -> BorrowedFd<'_> {
+        self.root_fd.as_fd()
+    }
+
+    /// Walks the whole tree, reading `files` of every cgroup.
+    pub fn walk(&mut self, files: FileSet) -> Snapshot {
+        let mut snap = Snapshot::default();
+        let root = self
+            .root_fd
+            .try_clone()
+            .expect("Failed to dup the cgroup root fd");
+        let mut path = String::new();
+        self.visit(&root, None, String::new(), &mut path, files, &mut snap);
+        snap
+    }
+
+    fn visit(
+        &mut self,
+        dir: &OwnedFd,
+        parent: Option<usize>,
+        name: String,
+        path: &mut String,
+        files: FileSet,
+        snap: &mut Snapshot,
+    ) {
+        let idx = snap.nodes.len();
+        let n_errors = snap.errors.len();
+        let mut sample = CgroupSample {
+            inode_number: inode_of(dir.as_fd()),
+            ..Default::default()
+        };
+        if self
+            .reader
+            .read_cgroup(dir.as_fd(), path, files, &mut sample, &mut snap.errors)
+            == Liveness::Gone
+        {
+            snap.errors.truncate(n_errors);
+            return;
+        }
+        snap.nodes.push(Node {
+            parent,
+            name,
+            sample,
+        });
+        let Ok(children) = subdirs(dir.as_fd()) else {
+            // Removed between reading its files and listing it: drop it.
+            if parent.is_some() {
+                snap.nodes.truncate(idx);
+                snap.errors.truncate(n_errors);
+            }
+            return;
+        };
+        let base_len = path.len();
+        for child in children {
+            if !path.is_empty() {
+                path.push('/');
+            }
+            path.push_str(child.to_str().unwrap_or_default());
+            let skip = self.filter.as_ref().is_some_and(|re| re.is_match(path));
+            if !skip {
+                // ENOENT: removed since readdir.
+                if let Ok(fd) = open_dir_at(Some(dir.as_fd()), &child) {
+                    self.reader.counters.dirs_opened += 1;
+                    let name = child.to_string_lossy().into_owned();
+                    self.visit(&fd, Some(idx), name, path, files, snap);
+                }
+            }
+            path.truncate(base_len);
+        }
+    }
+}
+
+fn inode_of(dir: BorrowedFd) -> Option<i64> {
+    nix::sys::stat::fstat(dir.as_raw_fd())
+        .ok()
+        .map(|st| st.st_ino as i64)
+}
+
+/// Names of the subdirectories (child cgroups) of `dir`.
+fn subdirs(dir: BorrowedFd) -> nix::Result<Vec<std::ffi::CString>> {
+    let mut d = nix::dir::Dir::openat(
+        Some(dir.as_raw_fd()),
+        c".",
+        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )?;
+    let mut out = Vec::new();
+    for entry in d.iter() {
+        let entry = entry?;
+        let name = entry.file_name();
+        if entry.file_type() == Some(nix::dir::Type::Directory) && name != c"." && name != c".." {
+            out.push(name.to_owned());
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+#[path = "read_test.rs"]
+mod test;

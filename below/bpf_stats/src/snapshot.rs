@@ -1,0 +1,68 @@
+//! One sample of every cgroup, as a flat pre-order list.
+//!
+//! Every backend produces this shape: the plain reader from its directory
+//! walk, the BPF backend from the iterator's records (which come in
+//! pre-order with parent ids). The model glue turns it into below's nested
+//! `CgroupSample` tree.
+
+use std::fmt;
+
+use model::CgroupSample;
+
+use crate::StatFile;
+
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Node {
+    /// Index of the parent in `Snapshot::nodes`; `None` for the root.
+    pub parent: Option<usize>,
+    /// Directory name ("" for the root).
+    pub name: String,
+    /// This cgroup's stats; `children` is left `None` (the tree is built
+    /// from `parent`).
+    pub sample: CgroupSample,
+}
+
+/// A file that could not be read or parsed: that field is `None` in the
+/// sample, the rest of the sample stands.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileError {
+    /// Cgroup path relative to the root ("" for the root).
+    pub cgroup: String,
+    pub file: StatFile,
+    pub error: String,
+}
+
+impl fmt::Display for FileError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.cgroup.is_empty() {
+            write!(f, "{}: {}", self.file, self.error)
+        } else {
+            write!(f, "{}/{}: {}", self.cgroup, self.file, self.error)
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Snapshot {
+    /// Pre-order: a parent always comes before its children; `nodes[0]` is
+    /// the root.
+    pub nodes: Vec<Node>,
+    pub errors: Vec<FileError>,
+}
+
+impl Snapshot {
+    /// Path of node `idx` relative to the root, e.g. "system.slice/foo.service".
+    pub fn path_of(&self, idx: usize) -> String {
+        let mut names = Vec::new();
+        let mut cur = Some(idx);
+        while let Some(i) = cur {
+            let n = &self.nodes[i];
+            if n.parent.is_some() {
+                names.push(n.name.as_str());
+            }
+            cur = n.parent;
+        }
+        names.reverse();
+        names.join("/")
+    }
+}
