@@ -1,0 +1,120 @@
+#!/usr/bin/env bash
+# Usage: tests/vm/kernel.sh [--no-modules] NAME
+#   NAME: debian-7.3 | debian-6.1 | patched
+# Prints (last line of stdout) the absolute path of a bzImage for NAME,
+# fetching or building it into the cache (${BELOW_VM_CACHE:-$HOME/.cache/below-vm}).
+# Next to the bzImage: `config`, and for Debian kernels `modules/` holding the
+# decompressed virtio_blk module and its dependencies plus `modules/load-order`
+# (one file name a line, dependencies first), used by run.sh for its disk.
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+# ---- Pins (resolved 2025-11 from the Debian archive; bump together) -------
+# Old backports versions vanish from the archive: the cache keeps the .debs.
+DEB73_SUITE=trixie-backports
+DEB73_VERSION=7.3.4-1~bpo13+1
+DEB73_ABI=7.3.4+deb13-cloud-amd64
+DEB73_BINARY_SHA256=c4fbc8e404958693b28825474c20742d70594d65ca58aea7be6a279c81eb6fa0   # linux-binary-$ABI (vmlinuz)
+DEB73_BASE_SHA256=e08baa43706ba6e8daff58029b039f46beecfb3b3750c6fa0d6d5ca508a46a43     # linux-base-$ABI (config)
+DEB73_MODULES_SHA256=359f04c363b7d3c5f9ce999ccb7351e00cc8eec0a30d6bc1cda37734987fc43d  # linux-modules-$ABI
+
+DEB61_SUITE=bookworm
+DEB61_VERSION=6.1.176-1
+DEB61_ABI=6.1.0-50-cloud-amd64
+DEB61_IMAGE_SHA256=efe19f605b6f54a8352e68d85a629abb2d30b72a085faef603a9152590baa791    # linux-image-$ABI
+
+SRC73_PACKAGE=linux-source-7.3
+SRC73_VERSION=$DEB73_VERSION
+SRC73_SHA256=703e369ddd4cce971452f5a593ee55df3a5c10c83caf0fa0df039633ed181ee3          # linux-source-7.3 (all)
+SRC73_TARBALL=usr/src/linux-source-7.3.tar.xz
+
+# Modules the run.sh disk needs (virtio_pci is built in on 7.3, a module on 6.1).
+WANT_MODULES="virtio_pci virtio_blk"
+# --------------------------------------------------------------------------
+
+with_modules=1
+if [ "${1:-}" = "--no-modules" ]; then with_modules=0; shift; fi
+[ $# -eq 1 ] || die "usage: $0 [--no-modules] debian-7.3|debian-6.1|patched"
+NAME=$1
+
+# copy_modules ROOT KVER OUTDIR: decompress WANT_MODULES and their
+# dependencies (read from each module's .modinfo) from ROOT/{usr/,}lib/modules/KVER.
+copy_modules() {
+  local root=$1 kver=$2 out=$3 mdir
+  mdir=$(first_existing "$root"/usr/lib/modules/"$kver" "$root"/lib/modules/"$kver")
+  [ -n "$mdir" ] || die "no modules dir for $kver"
+  local tmp="$out.tmp"; rm -rf "$tmp"; mkdir -p "$tmp"
+  : >"$tmp/load-order"
+  local -A seen=()
+  add_mod() {
+    local name=$1 f fname deps d
+    [ -z "${seen[$name]:-}" ] || return 0
+    seen[$name]=1
+    # built in? (modules.builtin lists kernel/.../name.ko)
+    if [ -f "$mdir/modules.builtin" ] && grep -Eq "/${name//_/[-_]}\.ko\$" "$mdir/modules.builtin"; then
+      return 0
+    fi
+    f=$(find "$mdir/kernel" -regextype posix-extended -regex ".*/${name//_/[-_]}\.ko(\.xz|\.zst|\.gz)?" | head -n1)
+    if [ -z "$f" ]; then log "module $name not found (built in?)"; return 0; fi
+    fname=$(basename "$f"); fname=${fname%.xz}; fname=${fname%.zst}; fname=${fname%.gz}
+    case "$f" in
+      *.xz) xz -dc "$f" >"$tmp/$fname" ;;
+      *.zst) zstd -qdc "$f" >"$tmp/$fname" ;;
+      *.gz) gzip -dc "$f" >"$tmp/$fname" ;;
+      *) cp "$f" "$tmp/$fname" ;;
+    esac
+    deps=$(tr '\0' '\n' <"$tmp/$fname" | sed -n 's/^depends=//p' | head -n1)
+    for d in ${deps//,/ }; do add_mod "$d"; done
+    echo "$fname" >>"$tmp/load-order"
+  }
+  local m
+  for m in $WANT_MODULES; do add_mod "$m"; done
+  rm -rf "$out"; mv "$tmp" "$out"
+}
+
+debian_kernel() {
+  local name=$1 ver=$2 kver=$3 dest=$4; shift 4
+  # remaining args: triples suite pkg sha
+  if [ -f "$dest/bzImage" ] && { [ $with_modules = 0 ] || [ -f "$dest/modules/load-order" ]; }; then
+    printf '%s\n' "$dest/bzImage"; return 0
+  fi
+  log "fetching linux $name ($ver) ..."
+  local root="$dest.root"; rm -rf "$root"; mkdir -p "$root"
+  while [ $# -gt 0 ]; do
+    local suite=$1 pkg=$2 sha=$3 kind=$4; shift 4
+    if [ "$kind" = modules ] && [ $with_modules = 0 ]; then continue; fi
+    local deb; deb=$(fetch_deb "$suite" "$pkg" "$ver" "$sha")
+    log "extracting $(basename "$deb")"
+    extract_deb "$deb" "$root"
+  done
+  mkdir -p "$dest"
+  local vmlinuz config
+  vmlinuz=$(first_existing "$root"/usr/lib/modules/"$kver"/vmlinuz "$root"/boot/vmlinuz-"$kver")
+  config=$(first_existing "$root"/usr/lib/modules/"$kver"/config "$root"/boot/config-"$kver")
+  [ -n "$vmlinuz" ] || die "no vmlinuz in the packages of $name"
+  if [ -n "$config" ]; then cp "$config" "$dest/config"; fi
+  if [ $with_modules = 1 ]; then
+    copy_modules "$root" "$kver" "$dest/modules"
+    log "modules: $(tr '\n' ' ' <"$dest/modules/load-order")"
+  fi
+  cp "$vmlinuz" "$dest/bzImage.tmp" && mv "$dest/bzImage.tmp" "$dest/bzImage"
+  rm -rf "$root"
+  printf '%s\n' "$dest/bzImage"
+}
+
+case "$NAME" in
+  debian-7.3)
+    debian_kernel debian-7.3 "$DEB73_VERSION" "$DEB73_ABI" "$CACHE/kernels/debian-7.3/$DEB73_VERSION" \
+      "$DEB73_SUITE" "linux-binary-$DEB73_ABI" "$DEB73_BINARY_SHA256" image \
+      "$DEB73_SUITE" "linux-base-$DEB73_ABI" "$DEB73_BASE_SHA256" image \
+      "$DEB73_SUITE" "linux-modules-$DEB73_ABI" "$DEB73_MODULES_SHA256" modules
+    ;;
+  debian-6.1)
+    debian_kernel debian-6.1 "$DEB61_VERSION" "$DEB61_ABI" "$CACHE/kernels/debian-6.1/$DEB61_VERSION" \
+      "$DEB61_SUITE" "linux-image-$DEB61_ABI" "$DEB61_IMAGE_SHA256" image
+    ;;
+  patched)
+    exec "$VM_DIR/build-kernel.sh"
+    ;;
+  *) die "unknown kernel name '$NAME' (debian-7.3, debian-6.1, patched)" ;;
+esac
