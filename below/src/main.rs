@@ -270,6 +270,9 @@ fn sleep_until(deadline: Instant) {
 
 fn record(logger: &slog::Logger, cfg: &Config, interval: Duration, args: RecordArgs) -> Result<()> {
     let mode = bstats_store::compression_mode(args.compress, args.dict_chunk)?;
+    // Probe and plan before touching the store: a forced backend the kernel
+    // lacks must not leave an empty store behind.
+    let mut collector = new_collector(logger, cfg, args.collect_io_stat, args.disable_disk_stat)?;
     let store_dir = &cfg.below.store_dir;
     let mut recorder = bstats_store::Recorder::new(
         logger.clone(),
@@ -278,7 +281,6 @@ fn record(logger: &slog::Logger, cfg: &Config, interval: Duration, args: RecordA
         args.retain_for_s.map(Duration::from_secs),
         args.store_size_limit,
     )?;
-    let mut collector = new_collector(logger, cfg, args.collect_io_stat, args.disable_disk_stat)?;
     bstats_store::append_backend_record(
         store_dir,
         &bstats_store::BackendRecord {
