@@ -9,6 +9,7 @@ pub mod parse;
 mod plan;
 pub mod read;
 mod snapshot;
+mod stream;
 
 use cgroupfs::CpuPressure;
 use cgroupfs::IoPressure;

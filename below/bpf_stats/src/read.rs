@@ -50,6 +50,8 @@ pub(crate) fn open_root(root: &Path) -> Result<OwnedFd> {
 pub struct ReadCounters {
     pub files_opened: u64,
     pub dirs_opened: u64,
+    /// Stream files opened (kept across samples).
+    pub streams_opened: u64,
 }
 
 /// Reads cgroup files into a reused buffer.
@@ -257,6 +259,28 @@ impl Walker {
 
     pub fn root_fd(&self) -> BorrowedFd<'_> {
         self.root_fd.as_fd()
+    }
+
+    /// Reads `files` of the cgroup at `path` (relative to the root) without
+    /// walking: for files a faster backend could not serve this time.
+    pub fn read_at(
+        &mut self,
+        path: &str,
+        files: FileSet,
+        s: &mut CgroupSample,
+        errors: &mut Vec<FileError>,
+    ) {
+        let dir = if path.is_empty() {
+            self.root_fd.try_clone().ok()
+        } else {
+            std::ffi::CString::new(path)
+                .ok()
+                .and_then(|c| open_dir_at(Some(self.root_fd.as_fd()), &c).ok())
+        };
+        // A cgroup removed since the sample started has nothing to read.
+        if let Some(dir) = dir {
+            self.reader.read_cgroup(dir.as_fd(), path, files, s, errors);
+        }
     }
 
     /// Walks the whole tree, reading `files` of every cgroup.
