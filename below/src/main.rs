@@ -155,15 +155,18 @@ fn load_config(opt: &Opt) -> Result<Config> {
     })
 }
 
-fn stderr_logger(debug: bool) -> slog::Logger {
-    let decorator = slog_term::TermDecorator::new().stderr().build();
-    let drain = slog_term::FullFormat::new(decorator).build().fuse();
-    let level = if debug {
+fn log_level(debug: bool) -> slog::Level {
+    if debug {
         slog::Level::Debug
     } else {
         slog::Level::Info
-    };
-    let drain = std::sync::Mutex::new(drain.filter_level(level)).fuse();
+    }
+}
+
+fn stderr_logger(debug: bool) -> slog::Logger {
+    let decorator = slog_term::TermDecorator::new().stderr().build();
+    let drain = slog_term::FullFormat::new(decorator).build().fuse();
+    let drain = std::sync::Mutex::new(drain.filter_level(log_level(debug))).fuse();
     slog::Logger::root(drain, o!())
 }
 
@@ -180,12 +183,9 @@ fn tui_logger(log_dir: &Path, debug: bool) -> Result<slog::Logger> {
         .with_context(|| format!("Failed to open log file {}", path.display()))?;
     let decorator = below_common::logutil::CompoundDecorator::new(file, std::io::stderr());
     let drain = slog_term::FullFormat::new(decorator).build().fuse();
-    let level = if debug {
-        slog::Level::Debug
-    } else {
-        slog::Level::Info
-    };
-    let drain = below_common::logutil::CommandPaletteDrain::new(drain.filter_level(level)).fuse();
+    let drain =
+        below_common::logutil::CommandPaletteDrain::new(drain.filter_level(log_level(debug)))
+            .fuse();
     Ok(slog::Logger::root(
         std::sync::Mutex::new(drain).fuse(),
         o!(),
