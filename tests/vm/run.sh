@@ -64,12 +64,13 @@ if [ ! -f "$base" ]; then
     done
     printf 'root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n' >etc/passwd
     printf 'root:x:0:\nnogroup:x:65534:\n' >etc/group
-    mknod -m 600 dev/console c 5 1
-    mknod -m 666 dev/null c 1 3
-    find . | LC_ALL=C sort | cpio -o -H newc -R 0:0 --quiet >"$base.tmp"
+    # (the kernel's built-in initramfs has /dev/console too: fine without root)
+    mknod -m 600 dev/console c 5 1 2>/dev/null || true
+    mknod -m 666 dev/null c 1 3 2>/dev/null || true
+    find . | LC_ALL=C sort | cpio -o -H newc -R 0:0 --quiet >"$t.cpio"
   )
+  mv "$t.cpio" "$base"
   rm -rf "$t"
-  mv "$base.tmp" "$base"
 fi
 
 # ---- per-run initramfs ------------------------------------------------------
@@ -179,7 +180,7 @@ if [ $WANT_OUT = 1 ]; then
   fi
 fi
 sync
-echo "EXIT=$rc"
+printf '\nEXIT=%s\n' "$rc"
 poweroff -f
 INIT
 chmod 755 "$root/init"
