@@ -145,7 +145,7 @@ build_patched() {
   PATCHES=()
   local pdir=${BELOW_VM_PATCHES:-$REPO_ROOT/patches}
   if [ -d "$pdir" ]; then
-    while IFS= read -r p; do PATCHES+=("$p"); done < <(find "$pdir" -maxdepth 1 -name '*.patch' -type f | LC_ALL=C sort)
+    while IFS= read -r p; do PATCHES+=("$p"); done < <(find "$pdir" -maxdepth 1 -name '*.patch' ! -name '0000-cover-letter.patch' -type f | LC_ALL=C sort)
   fi
   local key dest
   key=$(patched_key)
