@@ -6,6 +6,8 @@
 # `apt-get update` runs only when something is missing.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+# (braces: bash parses the whole body first, so editing this file while it runs is safe)
+{
 
 pkgs=(qemu-system-x86 busybox-static cpio xz-utils zstd bpftool ca-certificates)
 quiet=0
@@ -32,3 +34,5 @@ if [ "$(id -u)" != 0 ]; then SUDO=sudo; fi
 export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -q >&2
 $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}" >&2
+exit $?
+}

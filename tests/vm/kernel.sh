@@ -36,10 +36,6 @@ SRC73_TARBALL=usr/src/linux-source-7.3.tar.xz
 WANT_MODULES="virtio_pci virtio_blk"
 # --------------------------------------------------------------------------
 
-with_modules=1
-if [ "${1:-}" = "--no-modules" ]; then with_modules=0; shift; fi
-[ $# -eq 1 ] || die "usage: $0 [--no-modules] debian-7.3|debian-6.1|patched"
-NAME=$1
 
 # copy_modules ROOT KVER OUTDIR: decompress WANT_MODULES and their
 # dependencies (read from each module's .modinfo) from ROOT/{usr/,}lib/modules/KVER.
@@ -232,19 +228,30 @@ build_patched() {
   printf '%s\n' "$dest/bzImage"
 }
 
-case "$NAME" in
-  debian-7.3)
-    debian_kernel debian-7.3 "$DEB73_VERSION" "$DEB73_ABI" "$CACHE/kernels/debian-7.3/$DEB73_VERSION" \
-      "$DEB73_SUITE" "linux-binary-$DEB73_ABI" "$DEB73_BINARY_SHA256" image \
-      "$DEB73_SUITE" "linux-base-$DEB73_ABI" "$DEB73_BASE_SHA256" image \
-      "$DEB73_SUITE" "linux-modules-$DEB73_ABI" "$DEB73_MODULES_SHA256" modules
-    ;;
-  debian-6.1)
-    debian_kernel debian-6.1 "$DEB61_VERSION" "$DEB61_ABI" "$CACHE/kernels/debian-6.1/$DEB61_VERSION" \
-      "$DEB61_SUITE" "linux-image-$DEB61_ABI" "$DEB61_IMAGE_SHA256" image
-    ;;
-  patched)
-    build_patched
-    ;;
-  *) die "unknown kernel name '$NAME' (debian-7.3, debian-6.1, patched)" ;;
-esac
+main() {
+  with_modules=1
+  if [ "${1:-}" = "--no-modules" ]; then with_modules=0; shift; fi
+  [ $# -eq 1 ] || die "usage: $0 [--no-modules] debian-7.3|debian-6.1|patched"
+  local NAME=$1
+  # one fetch/build per kernel name at a time (parallel test runs)
+  exec 9>"$CACHE/.lock-kernel-$NAME"
+  flock 9
+  case "$NAME" in
+    debian-7.3)
+      debian_kernel debian-7.3 "$DEB73_VERSION" "$DEB73_ABI" "$CACHE/kernels/debian-7.3/$DEB73_VERSION" \
+        "$DEB73_SUITE" "linux-binary-$DEB73_ABI" "$DEB73_BINARY_SHA256" image \
+        "$DEB73_SUITE" "linux-base-$DEB73_ABI" "$DEB73_BASE_SHA256" image \
+        "$DEB73_SUITE" "linux-modules-$DEB73_ABI" "$DEB73_MODULES_SHA256" modules
+      ;;
+    debian-6.1)
+      debian_kernel debian-6.1 "$DEB61_VERSION" "$DEB61_ABI" "$CACHE/kernels/debian-6.1/$DEB61_VERSION" \
+        "$DEB61_SUITE" "linux-image-$DEB61_ABI" "$DEB61_IMAGE_SHA256" image
+      ;;
+    patched)
+      build_patched
+      ;;
+    *) die "unknown kernel name '$NAME' (debian-7.3, debian-6.1, patched)" ;;
+  esac
+}
+
+main "$@"; exit $?

@@ -14,6 +14,8 @@
 #   --timeout SECS      whole-VM time limit (default 600).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+# (braces: bash parses the whole body first, so editing this file while it runs is safe)
+{
 
 kernel= timeout_s=600 out= disk= mem=2G smp=2 append=
 adds=()
@@ -237,3 +239,5 @@ if [ -n "$out" ]; then
 fi
 log "guest exited rc=$rc after ${secs}s"
 exit "$rc"
+exit $?
+}
