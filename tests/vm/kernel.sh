@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Usage: tests/vm/kernel.sh [--no-modules] NAME
 #   NAME: debian-7.3 | debian-6.1 | patched
-#   patched: Debian's linux-source-7.3 + patches/*.patch (or $BELOW_VM_PATCHES/*.patch),
+#   patched: Debian's linux-source-7.3 + patches/*.patch (or $BELOW_VM_PATCHES/*.patch;
+#            0000-cover-letter.patch is skipped), applied in name order with patch -p1;
 #            tinyconfig + kvm_guest.config + tests/vm/config/guest.config.
 #            The source and object dirs stay in $CACHE/build for incremental
 #            rebuilds, except when CI=true or BELOW_VM_KEEP_BUILD=0.
@@ -141,7 +142,7 @@ build_patched() {
   PATCHES=()
   local pdir=${BELOW_VM_PATCHES:-$REPO_ROOT/patches}
   if [ -d "$pdir" ]; then
-    while IFS= read -r p; do PATCHES+=("$p"); done < <(find "$pdir" -maxdepth 1 -name '*.patch' -type f | LC_ALL=C sort)
+    while IFS= read -r p; do PATCHES+=("$p"); done < <(find "$pdir" -maxdepth 1 -name '*.patch' ! -name '0000-cover-letter.patch' -type f | LC_ALL=C sort)
   fi
   local key dest
   key=$(patched_key)
