@@ -174,18 +174,23 @@ build_patched() {
   have=$(cd "$src/.below-patches" && for p in $(ls | LC_ALL=C sort); do echo "$p"; sha256_of "$p"; done | sha256sum)
   if [ "$want" != "$have" ]; then
     local p
+    # .below-patches always lists exactly what is applied: each patch is
+    # tried with --dry-run first, so a bad patch leaves the tree untouched.
     for p in $(cd "$src/.below-patches" && ls | LC_ALL=C sort -r); do
       log "reverting previously applied $p"
-      if ! patch -d "$src" -p1 -R --batch --quiet <"$src/.below-patches/$p" >&2; then
-        rm -f "$src/.below-source"; die "cannot revert $p from $src: run again to re-extract the source"
+      if ! patch -d "$src" -p1 -R --batch --dry-run --quiet <"$src/.below-patches/$p" >/dev/null ||
+         ! patch -d "$src" -p1 -R --batch --quiet <"$src/.below-patches/$p" >&2; then
+        rm -f "$src/.below-source"; die "cannot revert $p from $src (modified by hand?): run again to re-extract the source"
       fi
       rm "$src/.below-patches/$p"
     done
     for p in "${PATCHES[@]+"${PATCHES[@]}"}"; do
       log "applying $(basename "$p")"
-      if ! patch -d "$src" -p1 --forward --batch --quiet <"$p" >&2; then
-        rm -f "$src/.below-source"; die "patch $(basename "$p") does not apply to linux $SRC73_VERSION"
+      if ! patch -d "$src" -p1 --forward --batch --dry-run <"$p" >"$bdir/patch.log" 2>&1; then
+        sed 's/^/[vm]   | /' "$bdir/patch.log" >&2
+        die "patch $(basename "$p") does not apply to linux $SRC73_VERSION (tree left with the patches before it)"
       fi
+      patch -d "$src" -p1 --forward --batch --quiet <"$p" >&2 || { rm -f "$src/.below-source"; die "patch $(basename "$p") failed after a clean dry run"; }
       cp "$p" "$src/.below-patches/"
     done
   fi
