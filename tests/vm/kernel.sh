@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Usage: tests/vm/kernel.sh [--no-modules] NAME
 #   NAME: debian-7.3 | debian-6.1 | patched
-#   patched: Debian's linux-source-7.3 + patches/*.patch (or $BELOW_VM_PATCHES/*.patch),
+#   patched: Debian's linux-source-7.3 + patches/*.patch (or $BELOW_VM_PATCHES/*.patch;
+#            0000-cover-letter.patch is skipped), applied in name order with patch -p1;
 #            tinyconfig + kvm_guest.config + tests/vm/config/guest.config.
 #            The source and object dirs stay in $CACHE/build for incremental
 #            rebuilds, except when CI=true or BELOW_VM_KEEP_BUILD=0.
@@ -36,10 +37,6 @@ SRC73_TARBALL=usr/src/linux-source-7.3.tar.xz
 WANT_MODULES="virtio_pci virtio_blk"
 # --------------------------------------------------------------------------
 
-with_modules=1
-if [ "${1:-}" = "--no-modules" ]; then with_modules=0; shift; fi
-[ $# -eq 1 ] || die "usage: $0 [--no-modules] debian-7.3|debian-6.1|patched"
-NAME=$1
 
 # copy_modules ROOT KVER OUTDIR: decompress WANT_MODULES and their
 # dependencies (read from each module's .modinfo) from ROOT/{usr/,}lib/modules/KVER.
@@ -177,18 +174,23 @@ build_patched() {
   have=$(cd "$src/.below-patches" && for p in $(ls | LC_ALL=C sort); do echo "$p"; sha256_of "$p"; done | sha256sum)
   if [ "$want" != "$have" ]; then
     local p
+    # .below-patches always lists exactly what is applied: each patch is
+    # tried with --dry-run first, so a bad patch leaves the tree untouched.
     for p in $(cd "$src/.below-patches" && ls | LC_ALL=C sort -r); do
       log "reverting previously applied $p"
-      if ! patch -d "$src" -p1 -R --batch --quiet <"$src/.below-patches/$p" >&2; then
-        rm -f "$src/.below-source"; die "cannot revert $p from $src: run again to re-extract the source"
+      if ! patch -d "$src" -p1 -R --batch --dry-run --quiet <"$src/.below-patches/$p" >/dev/null ||
+         ! patch -d "$src" -p1 -R --batch --quiet <"$src/.below-patches/$p" >&2; then
+        rm -f "$src/.below-source"; die "cannot revert $p from $src (modified by hand?): run again to re-extract the source"
       fi
       rm "$src/.below-patches/$p"
     done
     for p in "${PATCHES[@]+"${PATCHES[@]}"}"; do
       log "applying $(basename "$p")"
-      if ! patch -d "$src" -p1 --forward --batch --quiet <"$p" >&2; then
-        rm -f "$src/.below-source"; die "patch $(basename "$p") does not apply to linux $SRC73_VERSION"
+      if ! patch -d "$src" -p1 --forward --batch --dry-run <"$p" >"$bdir/patch.log" 2>&1; then
+        sed 's/^/[vm]   | /' "$bdir/patch.log" >&2
+        die "patch $(basename "$p") does not apply to linux $SRC73_VERSION (tree left with the patches before it)"
       fi
+      patch -d "$src" -p1 --forward --batch --quiet <"$p" >&2 || { rm -f "$src/.below-source"; die "patch $(basename "$p") failed after a clean dry run"; }
       cp "$p" "$src/.below-patches/"
     done
   fi
@@ -232,19 +234,30 @@ build_patched() {
   printf '%s\n' "$dest/bzImage"
 }
 
-case "$NAME" in
-  debian-7.3)
-    debian_kernel debian-7.3 "$DEB73_VERSION" "$DEB73_ABI" "$CACHE/kernels/debian-7.3/$DEB73_VERSION" \
-      "$DEB73_SUITE" "linux-binary-$DEB73_ABI" "$DEB73_BINARY_SHA256" image \
-      "$DEB73_SUITE" "linux-base-$DEB73_ABI" "$DEB73_BASE_SHA256" image \
-      "$DEB73_SUITE" "linux-modules-$DEB73_ABI" "$DEB73_MODULES_SHA256" modules
-    ;;
-  debian-6.1)
-    debian_kernel debian-6.1 "$DEB61_VERSION" "$DEB61_ABI" "$CACHE/kernels/debian-6.1/$DEB61_VERSION" \
-      "$DEB61_SUITE" "linux-image-$DEB61_ABI" "$DEB61_IMAGE_SHA256" image
-    ;;
-  patched)
-    build_patched
-    ;;
-  *) die "unknown kernel name '$NAME' (debian-7.3, debian-6.1, patched)" ;;
-esac
+main() {
+  with_modules=1
+  if [ "${1:-}" = "--no-modules" ]; then with_modules=0; shift; fi
+  [ $# -eq 1 ] || die "usage: $0 [--no-modules] debian-7.3|debian-6.1|patched"
+  local NAME=$1
+  # one fetch/build per kernel name at a time (parallel test runs)
+  exec 9>"$CACHE/.lock-kernel-$NAME"
+  flock 9
+  case "$NAME" in
+    debian-7.3)
+      debian_kernel debian-7.3 "$DEB73_VERSION" "$DEB73_ABI" "$CACHE/kernels/debian-7.3/$DEB73_VERSION" \
+        "$DEB73_SUITE" "linux-binary-$DEB73_ABI" "$DEB73_BINARY_SHA256" image \
+        "$DEB73_SUITE" "linux-base-$DEB73_ABI" "$DEB73_BASE_SHA256" image \
+        "$DEB73_SUITE" "linux-modules-$DEB73_ABI" "$DEB73_MODULES_SHA256" modules
+      ;;
+    debian-6.1)
+      debian_kernel debian-6.1 "$DEB61_VERSION" "$DEB61_ABI" "$CACHE/kernels/debian-6.1/$DEB61_VERSION" \
+        "$DEB61_SUITE" "linux-image-$DEB61_ABI" "$DEB61_IMAGE_SHA256" image
+      ;;
+    patched)
+      build_patched
+      ;;
+    *) die "unknown kernel name '$NAME' (debian-7.3, debian-6.1, patched)" ;;
+  esac
+}
+
+main "$@"; exit $?

@@ -8,12 +8,15 @@
 #   --add HOST[:GUEST]  copy a file or directory into the guest (default GUEST:
 #                       /<basename of HOST>); shared libraries of ELF files and
 #                       the dynamic loader come along.
-#   --out DIR           whatever the guest writes under /out lands in DIR
-#                       (transported as a tar archive on a virtio disk).
+#   --out DIR           whatever the guest writes under /out lands in DIR (created;
+#                       not emptied first). Transported as a tar archive written
+#                       by the guest to a virtio disk (serial below-out, up to 4 GiB).
 #   --disk SIZE         attach a blank raw scratch disk (e.g. 1G), /dev/scratch in the guest.
 #   --timeout SECS      whole-VM time limit (default 600).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+# (braces: bash parses the whole body first, so editing this file while it runs is safe)
+{
 
 kernel= timeout_s=600 out= disk= mem=2G smp=2 append=
 adds=()
@@ -206,6 +209,8 @@ if [ -n "$disk" ]; then
 fi
 
 mkdir -p "$CACHE/logs"
+# keep the newest 100 console logs
+ls -1t "$CACHE/logs"/run-*.log 2>/dev/null | tail -n +100 | while IFS= read -r f; do rm -f "$f"; done
 logf="$CACHE/logs/run-$(date +%Y%m%d-%H%M%S)-$$.log"
 log "booting $(basename "$(dirname "$kimage")")/$(basename "$kimage") (timeout ${timeout_s}s); console log: $logf"
 start=$(date +%s.%N)
@@ -237,3 +242,5 @@ if [ -n "$out" ]; then
 fi
 log "guest exited rc=$rc after ${secs}s"
 exit "$rc"
+exit $?
+}

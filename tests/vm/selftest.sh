@@ -8,6 +8,8 @@
 # works, and that files written under /out come back. Exits non-zero on any mismatch.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+# (braces: bash parses the whole body first, so editing this file while it runs is safe)
+{
 
 kernels=("$@")
 [ ${#kernels[@]} -gt 0 ] || kernels=(debian-7.3 debian-6.1)
@@ -78,3 +80,5 @@ for k in "${kernels[@]}"; do
 done
 if [ $fail = 0 ]; then log "selftest: all passed (${kernels[*]})"; else log "selftest: FAILED"; fi
 exit $fail
+exit $?
+}
