@@ -3,9 +3,11 @@
 
 use std::path::PathBuf;
 
+use anyhow::bail;
 use anyhow::Result;
 use regex::Regex;
 
+use crate::bpf::BpfBackend;
 use crate::plan::Capability;
 use crate::read::ReadCounters;
 use crate::read::Walker;
@@ -30,11 +32,9 @@ pub struct Options {
 pub struct CgroupCollector {
     plan: Plan,
     walker: Walker,
+    /// Present when the plan gives it at least one file.
+    bpf: Option<BpfBackend>,
     want: FileSet,
-}
-
-fn probe_bpf() -> Capability {
-    Err("this build has no BPF backend".to_owned())
 }
 
 fn probe_stream(opts: &Options) -> Capability {
@@ -50,14 +50,41 @@ fn probe_stream(opts: &Options) -> Capability {
 
 impl CgroupCollector {
     pub fn new(opts: &Options) -> Result<Self> {
-        let plan = Plan::choose(opts.backend, &probe_bpf(), &probe_stream(opts))?;
+        let walker = Walker::new(&opts.root, opts.filter.clone())?;
         let mut want = FileSet::all();
         if !opts.collect_io_stat {
             want.remove(StatFile::IoStat);
         }
+        let probe = if opts.backend == BackendChoice::Read {
+            None
+        } else {
+            Some(crate::bpf::probe(walker.root_fd(), opts.filter.clone()))
+        };
+        let bpf_cap = match &probe {
+            Some(p) => p.capability.clone(),
+            None => Err("not probed".to_owned()),
+        };
+        if opts.backend == BackendChoice::Bpf {
+            // Forcing bpf on a kernel that lacks what a capable one has
+            // fails, rather than quietly reading text.
+            let gaps: Vec<String> = probe
+                .iter()
+                .flat_map(|p| &p.gaps)
+                .filter(|(f, _)| want.contains(*f))
+                .map(|(f, why)| format!("{}: {}", f, why))
+                .collect();
+            if !gaps.is_empty() {
+                bail!("--cgroup-backend bpf is unavailable: {}", gaps.join("; "));
+            }
+        }
+        let plan = Plan::choose(opts.backend, &bpf_cap, &probe_stream(opts))?;
+        let bpf = probe
+            .and_then(|p| p.backend)
+            .filter(|_| !plan.files_of(BackendKind::Bpf).is_empty());
         Ok(CgroupCollector {
             plan,
-            walker: Walker::new(&opts.root, opts.filter.clone())?,
+            walker,
+            bpf,
             want,
         })
     }
@@ -71,12 +98,30 @@ impl CgroupCollector {
         self.want
     }
 
+    /// Narrows the files read each sample (e.g. to leave out the text-only
+    /// memory.numa_stat).
+    pub fn set_wanted(&mut self, want: FileSet) {
+        self.want = want;
+    }
+
     pub fn collect(&mut self) -> Snapshot {
-        self.walker.walk(
-            self.plan
-                .files_of(BackendKind::Read)
-                .intersection(self.want),
-        )
+        let text = self
+            .plan
+            .files_of(BackendKind::Read)
+            .intersection(self.want);
+        match &mut self.bpf {
+            Some(bpf) => {
+                let files = self.plan.files_of(BackendKind::Bpf).intersection(self.want);
+                bpf.collect(&mut self.walker, files, text)
+            }
+            None => self.walker.walk(text),
+        }
+    }
+
+    /// Runs only the BPF iterator pass (no tree build), for measuring the
+    /// two apart; `None` when no file is planned for BPF.
+    pub fn bpf_pass(&mut self) -> Option<Result<u32>> {
+        self.bpf.as_mut().map(|b| b.pass())
     }
 
     pub fn read_counters(&self) -> ReadCounters {
