@@ -207,9 +207,9 @@ impl Drop for Loaded {
 }
 
 impl Loaded {
-    fn new(root: BorrowedFd, capacity: u32) -> Result<Self> {
+    fn new(root: BorrowedFd, capacity: u32, ids: Limits) -> Result<Self> {
         let storage = NonNull::from(Box::leak(Box::new(MaybeUninit::<OpenObject>::uninit())));
-        let loaded = Self::load(root, capacity, storage);
+        let loaded = Self::load(root, capacity, ids, storage);
         if loaded.is_err() {
             // SAFETY: nothing borrows the storage once loading failed.
             drop(unsafe { Box::from_raw(storage.as_ptr()) });
@@ -220,6 +220,7 @@ impl Loaded {
     fn load(
         root: BorrowedFd,
         capacity: u32,
+        ids: Limits,
         storage: NonNull<MaybeUninit<OpenObject>>,
     ) -> Result<Self> {
         // SAFETY: `storage` lives until `Loaded::drop`, which drops the
@@ -232,6 +233,12 @@ impl Loaded {
             .records
             .set_max_entries(capacity)
             .context("Failed to size the records map")?;
+        let rodata = open
+            .maps
+            .rodata_data
+            .as_deref_mut()
+            .context("The BPF object has no .rodata")?;
+        rodata.cpumask_bytes = (ids.cpus.div_ceil(64) * 8).min(CPU_WORDS * 8) as u32;
         let skel = open.load().map_err(|e| {
             let log = LIBBPF_LOG.lock().unwrap_or_else(|e| e.into_inner());
             let detail: Vec<&str> = log
@@ -315,6 +322,30 @@ impl Loaded {
     }
 }
 
+/// nr_cpu_ids and nr_node_ids: cpumask/nodemask bits past them are not
+/// the kernel's to show (and not allocated, for cpumasks).
+#[derive(Clone, Copy)]
+struct Limits {
+    cpus: usize,
+    nodes: usize,
+}
+
+impl Limits {
+    fn of_this_machine() -> Self {
+        // "0-3,8": the last id + 1.
+        let count = |list: &str| {
+            std::fs::read_to_string(list)
+                .ok()
+                .and_then(|s| s.trim().rsplit([',', '-']).next()?.parse::<usize>().ok())
+                .map_or(1, |last| last + 1)
+        };
+        Limits {
+            cpus: count("/sys/devices/system/cpu/possible"),
+            nodes: count("/sys/devices/system/node/possible"),
+        }
+    }
+}
+
 /// What probing found: the backend, what it serves, and the files a
 /// capable kernel would serve that this one cannot (forcing bpf fails on
 /// those).
@@ -334,8 +365,9 @@ pub(crate) fn probe(root_fd: BorrowedFd, filter: Option<Regex>) -> Probe {
         return fail(format!("no BTF at {}", BTF_PATH));
     }
     LIBBPF_LOG.lock().unwrap_or_else(|e| e.into_inner()).clear();
+    let limits = Limits::of_this_machine();
     let old = libbpf_rs::set_print(Some((PrintLevel::Warn, keep_libbpf_message)));
-    let loaded = Loaded::new(root_fd, FIRST_CAPACITY);
+    let loaded = Loaded::new(root_fd, FIRST_CAPACITY, limits);
     libbpf_rs::set_print(old);
     let mut loaded = match loaded {
         Ok(l) => l,
@@ -363,13 +395,7 @@ pub(crate) fn probe(root_fd: BorrowedFd, filter: Option<Regex>) -> Probe {
         "no kfunc or BTF-visible index for per-node memcg stats",
         &mut files,
     );
-    let too_big = |list: &str, limit: usize| {
-        std::fs::read_to_string(list)
-            .ok()
-            .and_then(|s| s.trim().rsplit([',', '-']).next()?.parse::<usize>().ok())
-            .is_some_and(|last| last >= limit)
-    };
-    if too_big("/sys/devices/system/cpu/possible", CPU_WORDS * 64) {
+    if limits.cpus > CPU_WORDS * 64 {
         never(
             StatFile::CpusetCpus,
             "more CPUs than a record holds",
@@ -381,7 +407,7 @@ pub(crate) fn probe(root_fd: BorrowedFd, filter: Option<Regex>) -> Probe {
             &mut files,
         );
     }
-    if too_big("/sys/devices/system/node/possible", 64) {
+    if limits.nodes > 64 {
         never(
             StatFile::CpusetMems,
             "more nodes than a record holds",
@@ -432,6 +458,7 @@ pub(crate) fn probe(root_fd: BorrowedFd, filter: Option<Regex>) -> Probe {
         capability: Ok(Support { files, reasons }),
         backend: Some(BpfBackend {
             loaded,
+            limits,
             filter,
             root_text: None,
             prev_cputime: HashMap::new(),
@@ -550,6 +577,7 @@ fn file_error(cgroup: &str, file: StatFile, error: String) -> FileError {
 
 pub(crate) struct BpfBackend {
     loaded: Loaded,
+    limits: Limits,
     filter: Option<Regex>,
     root_text: Option<RootText>,
     /// Last scaled (utime, stime) per cgroup id, for monotonic user/system.
@@ -576,7 +604,7 @@ impl BpfBackend {
                 Ok((n, _)) => {
                     // More cgroups than room: grow, then rerun this sample.
                     let cap = n.saturating_mul(2).next_power_of_two();
-                    match Loaded::new(walker.root_fd(), cap) {
+                    match Loaded::new(walker.root_fd(), cap, self.limits) {
                         Ok(l) => self.loaded = l,
                         Err(e) => {
                             snap.errors.push(file_error(
@@ -729,22 +757,22 @@ impl BpfBackend {
         if r.flags & HAS_CPUSET != 0 {
             if want(StatFile::CpusetCpus) && !root {
                 s.cpuset_cpus = Some(Cpuset {
-                    cpus: bits(&r.cpus),
+                    cpus: bits(&r.cpus, self.limits.cpus),
                 });
             }
             if want(StatFile::CpusetCpusEffective) {
                 s.cpuset_cpus_effective = Some(Cpuset {
-                    cpus: bits(&r.cpus_effective),
+                    cpus: bits(&r.cpus_effective, self.limits.cpus),
                 });
             }
             if want(StatFile::CpusetMems) && !root {
                 s.cpuset_mems = Some(MemNodes {
-                    nodes: bits(&[r.mems]),
+                    nodes: bits(&[r.mems], self.limits.nodes),
                 });
             }
             if want(StatFile::CpusetMemsEffective) {
                 s.cpuset_mems_effective = Some(MemNodes {
-                    nodes: bits(&[r.mems_effective]),
+                    nodes: bits(&[r.mems_effective], self.limits.nodes),
                 });
             }
         }
@@ -949,15 +977,11 @@ fn controller_names(mask: u32) -> BTreeSet<String> {
         .collect()
 }
 
-fn bits(words: &[u64]) -> BTreeSet<u32> {
-    words
-        .iter()
-        .enumerate()
-        .flat_map(|(w, &v)| {
-            (0..64)
-                .filter(move |b| v & (1 << b) != 0)
-                .map(move |b| (w * 64 + b) as u32)
-        })
+/// Set bits below `limit`.
+fn bits(words: &[u64], limit: usize) -> BTreeSet<u32> {
+    (0..limit.min(words.len() * 64))
+        .filter(|&b| words[b / 64] & (1 << (b % 64)) != 0)
+        .map(|b| b as u32)
         .collect()
 }
 
@@ -983,7 +1007,8 @@ mod test {
         assert_eq!(cpu_weight(10240 << 10), 1000);
         assert_eq!(load_avg(2048 + 1024), 1.5);
         assert_eq!(load_avg(2048 * 3 + 2047), "3.99".parse::<f64>().unwrap());
-        assert_eq!(bits(&[0b101, 1]), BTreeSet::from([0, 2, 64]));
+        assert_eq!(bits(&[0b101, 1], 128), BTreeSet::from([0, 2, 64]));
+        assert_eq!(bits(&[0b101, 1], 2), BTreeSet::from([0]));
         assert_eq!(
             controller_names(0b1010),
             BTreeSet::from(["cpu".to_owned(), "memory".to_owned()])

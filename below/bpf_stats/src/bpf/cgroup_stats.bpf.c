@@ -27,6 +27,9 @@ struct {
 __u32 nr_cgroups;
 /* FEAT_* bits: what this kernel let the last pass do. */
 __u32 features;
+/* Bytes of a cpumask the kernel allocated (nr_cpu_ids bits, in longs);
+ * set by the loader: reading past them reads other objects. */
+const volatile __u32 cpumask_bytes = 8;
 
 /* 7.x rstat flush; 6.x had cgroup_rstat_flush(struct cgroup *). */
 extern void css_rstat_flush(struct cgroup_subsys_state *css) __ksym __weak;
@@ -187,8 +190,10 @@ struct cpuset___embedded {
 
 #define READ_CPUMASK(dst, cs, field)                                                  \
 	do {                                                                          \
-		__u32 size = bpf_core_type_size(struct cpumask);                      \
+		__u32 size = cpumask_bytes;                                           \
 		const void *mask = 0;                                                 \
+		if (size > bpf_core_type_size(struct cpumask))                        \
+			size = bpf_core_type_size(struct cpumask);                    \
 		if (size > CPU_WORDS * 8)                                             \
 			size = CPU_WORDS * 8;                                         \
 		if (bpf_core_field_exists(((struct cpuset___ptr *)(cs))->field))      \
@@ -196,7 +201,7 @@ struct cpuset___embedded {
 		else if (bpf_core_field_exists(((struct cpuset___embedded *)(cs))->field)) \
 			mask = __builtin_preserve_access_index(                       \
 				&((struct cpuset___embedded *)(cs))->field);          \
-		if (mask)                                                             \
+		if (mask && size > 0)                                                 \
 			bpf_probe_read_kernel(dst, size, mask);                       \
 	} while (0)
 
