@@ -63,6 +63,7 @@ fn options(root: &Path, backend: BackendChoice) -> Options {
         backend,
         collect_io_stat: false,
         filter: None,
+        stream_interval: None,
     }
 }
 

@@ -10,7 +10,6 @@
 use std::collections::BTreeSet;
 use std::collections::HashMap;
 use std::ffi::CStr;
-use std::ffi::CString;
 use std::mem::ManuallyDrop;
 use std::mem::MaybeUninit;
 use std::os::fd::AsFd;
@@ -50,7 +49,8 @@ use regex::Regex;
 
 use crate::parse;
 use crate::plan::Support;
-use crate::read::open_dir_at;
+use crate::read::apply;
+use crate::read::PressureParts;
 use crate::read::Walker;
 use crate::FileError;
 use crate::FileSet;
@@ -539,39 +539,24 @@ impl RootText {
     }
 
     fn fill(&mut self, s: &mut CgroupSample, errors: &mut Vec<FileError>) {
-        let mut pressure = (None, None, None);
+        let mut pressure = PressureParts::default();
         for (file, fd) in &self.fds {
             let Some(fd) = fd else { continue };
-            let text = match Self::read(&mut self.buf, fd) {
-                Ok(Some(t)) => t,
+            let error = match Self::read(&mut self.buf, fd) {
+                Ok(Some(text)) => match apply(*file, text, s, &mut pressure) {
+                    Ok(()) => continue,
+                    Err(e) => e.to_string(),
+                },
                 Ok(None) => continue,
-                Err(e) => {
-                    errors.push(file_error("", *file, e.to_string()));
-                    continue;
-                }
+                Err(e) => e.to_string(),
             };
-            let res = match file {
-                StatFile::CpuStat => parse::cpu_stat(text).map(|v| s.cpu_stat = Some(v)),
-                StatFile::CpuPressure => parse::pressure(text).map(|v| pressure.0 = Some(v)),
-                StatFile::IoPressure => parse::pressure(text).map(|v| pressure.1 = Some(v)),
-                StatFile::MemoryPressure => parse::pressure(text).map(|v| pressure.2 = Some(v)),
-                _ => Ok(()),
-            };
-            if let Err(e) = res {
-                errors.push(file_error("", *file, e.to_string()));
-            }
+            errors.push(FileError {
+                cgroup: String::new(),
+                file: *file,
+                error,
+            });
         }
-        if let (Some(cpu), Some(io), Some(mem)) = pressure {
-            s.pressure = crate::assemble_pressure(cpu, io, mem, "", errors);
-        }
-    }
-}
-
-fn file_error(cgroup: &str, file: StatFile, error: String) -> FileError {
-    FileError {
-        cgroup: cgroup.to_owned(),
-        file,
-        error,
+        pressure.assemble(s, "", errors);
     }
 }
 
@@ -596,35 +581,24 @@ impl BpfBackend {
 
     /// One sample: `bpf` files from the records, `text` files read as text
     /// per cgroup (relative to `walker`'s root fd).
-    pub(crate) fn collect(&mut self, walker: &mut Walker, bpf: FileSet, text: FileSet) -> Snapshot {
+    ///
+    /// Fails only when the pass cannot run (the caller reads text instead).
+    pub(crate) fn collect(
+        &mut self,
+        walker: &mut Walker,
+        bpf: FileSet,
+        text: FileSet,
+    ) -> Result<Snapshot> {
         let mut snap = Snapshot::default();
         let n = loop {
-            match self.loaded.run() {
-                Ok((n, _)) if n <= self.loaded.capacity => break n,
-                Ok((n, _)) => {
-                    // More cgroups than room: grow, then rerun this sample.
-                    let cap = n.saturating_mul(2).next_power_of_two();
-                    match Loaded::new(walker.root_fd(), cap, self.limits) {
-                        Ok(l) => self.loaded = l,
-                        Err(e) => {
-                            snap.errors.push(file_error(
-                                "",
-                                StatFile::CgroupControllers,
-                                format!("cannot grow the records map to {cap}: {e:#}"),
-                            ));
-                            break self.loaded.capacity;
-                        }
-                    }
-                }
-                Err(e) => {
-                    snap.errors.push(file_error(
-                        "",
-                        StatFile::CgroupControllers,
-                        format!("{e:#}"),
-                    ));
-                    return snap;
-                }
+            let (n, _) = self.loaded.run()?;
+            if n <= self.loaded.capacity {
+                break n;
             }
+            // More cgroups than room: grow, then rerun this sample.
+            let cap = n.saturating_mul(2).next_power_of_two();
+            self.loaded = Loaded::new(walker.root_fd(), cap, self.limits)
+                .with_context(|| format!("cannot grow the records map to {cap} cgroups"))?;
         };
 
         let need_paths = self.filter.is_some() || !text.is_empty();
@@ -676,13 +650,7 @@ impl BpfBackend {
                 root_text.fill(&mut sample, &mut snap.errors);
             }
             if !text.is_empty() {
-                read_text(
-                    walker,
-                    &self.paths[idx],
-                    text,
-                    &mut sample,
-                    &mut snap.errors,
-                );
+                walker.read_at(&self.paths[idx], text, &mut sample, &mut snap.errors);
             }
             snap.nodes.push(Node {
                 parent,
@@ -693,7 +661,7 @@ impl BpfBackend {
         // Keep cputime history only for cgroups that still exist.
         prev.retain(|id, _| self.ids.contains_key(id));
         self.prev_cputime = prev;
-        snap
+        Ok(snap)
     }
 
     fn sample_of(
@@ -876,32 +844,6 @@ fn root_text_files(bpf: FileSet) -> FileSet {
     .into_iter()
     .filter(|f| bpf.contains(*f))
     .collect()
-}
-
-fn read_text(
-    walker: &mut Walker,
-    path: &str,
-    files: FileSet,
-    s: &mut CgroupSample,
-    errors: &mut Vec<FileError>,
-) {
-    if path.is_empty() {
-        let root = walker.root_fd().as_raw_fd();
-        // SAFETY: the walker keeps the root fd open for this call.
-        let root = unsafe { BorrowedFd::borrow_raw(root) };
-        walker.reader.read_cgroup(root, path, files, s, errors);
-        return;
-    }
-    let dir = CString::new(path)
-        .map_err(|_| Errno::EINVAL)
-        .and_then(|c| open_dir_at(Some(walker.root_fd()), &c));
-    // Removed since the pass: its text fields stay None.
-    if let Ok(dir) = dir {
-        walker.reader.counters.dirs_opened += 1;
-        walker
-            .reader
-            .read_cgroup(dir.as_fd(), path, files, s, errors);
-    }
 }
 
 /// The kernel's cputime_adjust(): split rtime in the raw utime:stime ratio,

@@ -39,6 +39,17 @@ impl FromStr for BackendChoice {
     }
 }
 
+impl fmt::Display for BackendChoice {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            BackendChoice::Auto => "auto",
+            BackendChoice::Bpf => "bpf",
+            BackendChoice::Stream => "stream",
+            BackendChoice::Read => "read",
+        })
+    }
+}
+
 /// A backend that serves files.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]

@@ -23,6 +23,7 @@ fn options(backend: BackendChoice) -> Option<Options> {
         backend,
         collect_io_stat: false,
         filter: None,
+        stream_interval: None,
     })
 }
 

@@ -1,0 +1,273 @@
+//! Host integration tests of the `below` binary: record → dump/replay,
+//! live in a real terminal (tmux), and clear errors. Needs root (test
+//! cgroups) and tmux.
+
+use std::fs;
+use std::path::PathBuf;
+use std::process::Command;
+use std::process::Output;
+use std::time::Duration;
+use std::time::Instant;
+
+const BELOW: &str = env!("CARGO_BIN_EXE_below");
+
+/// A test cgroup with two children under the host's cgroup2 mount.
+struct TestCgroups {
+    top: PathBuf,
+    name: String,
+}
+
+impl TestCgroups {
+    fn new(tag: &str) -> Self {
+        let name = format!("bstats-{}-{}", tag, std::process::id());
+        let top = bpf_stats::find_cgroup2_mount().unwrap().join(&name);
+        for d in ["", "web", "db"] {
+            fs::create_dir(top.join(d)).expect("mkdir cgroup (are you root?)");
+        }
+        TestCgroups { top, name }
+    }
+}
+
+impl Drop for TestCgroups {
+    fn drop(&mut self) {
+        for d in ["web", "db", ""] {
+            let _ = fs::remove_dir(self.top.join(d));
+        }
+    }
+}
+
+/// A private config (log and store dirs in a tempdir).
+struct Env {
+    dir: tempfile::TempDir,
+}
+
+impl Env {
+    fn new() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        fs::write(
+            dir.path().join("below.conf"),
+            format!(
+                "log_dir = {:?}\nstore_dir = {:?}\n",
+                dir.path().join("log"),
+                dir.path().join("store")
+            ),
+        )
+        .unwrap();
+        Env { dir }
+    }
+
+    fn store(&self) -> PathBuf {
+        self.dir.path().join("store")
+    }
+
+    fn below(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(BELOW);
+        c.arg("--config").arg(self.dir.path().join("below.conf"));
+        c.args(args);
+        c
+    }
+
+    fn run(&self, args: &[&str]) -> Output {
+        let out = self.below(args).output().unwrap();
+        assert!(
+            out.status.success(),
+            "below {:?} failed: {}",
+            args,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        out
+    }
+
+    /// The shell command line for tmux.
+    fn command_line(&self, args: &[&str]) -> String {
+        let mut s = format!(
+            "{} --config {}",
+            BELOW,
+            self.dir.path().join("below.conf").display()
+        );
+        for a in args {
+            s.push_str(&format!(" '{}'", a));
+        }
+        s
+    }
+}
+
+/// A detached tmux session on a private server, killed on drop.
+struct Tmux {
+    socket: String,
+}
+
+impl Tmux {
+    fn start(cmd: &str) -> Tmux {
+        let t = Tmux {
+            socket: format!(
+                "bstats-test-{}-{:?}",
+                std::process::id(),
+                std::thread::current().id()
+            ),
+        };
+        let ok = t
+            .tmux(&["new-session", "-d", "-x", "200", "-y", "50", cmd])
+            .status
+            .success();
+        assert!(ok, "tmux failed to start");
+        t
+    }
+
+    fn tmux(&self, args: &[&str]) -> Output {
+        Command::new("tmux")
+            .arg("-L")
+            .arg(&self.socket)
+            .args(args)
+            .output()
+            .expect("tmux installed")
+    }
+
+    fn screen(&self) -> String {
+        String::from_utf8_lossy(&self.tmux(&["capture-pane", "-p"]).stdout).into_owned()
+    }
+
+    /// Waits until the screen shows all of `want`; returns the last screen.
+    fn wait_for(&self, want: &[&str], timeout: Duration) -> String {
+        let start = Instant::now();
+        loop {
+            let s = self.screen();
+            if want.iter().all(|w| s.contains(w)) || start.elapsed() > timeout {
+                return s;
+            }
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    }
+}
+
+impl Drop for Tmux {
+    fn drop(&mut self) {
+        let _ = self.tmux(&["kill-server"]);
+    }
+}
+
+fn assert_shows(screen: &str, want: &[&str]) {
+    for w in want {
+        assert!(screen.contains(w), "screen lacks {:?}:\n{}", w, screen);
+    }
+}
+
+#[test]
+fn record_then_dump_and_replay_show_test_cgroups() {
+    let cg = TestCgroups::new("rec");
+    let env = Env::new();
+    let t0 = Instant::now();
+    env.run(&["record", "--interval-s", "1", "--count", "11", "--compress"]);
+    assert!(t0.elapsed() >= Duration::from_secs(10));
+
+    let out = env.run(&["dump", "cgroup", "--begin", "2m ago"]);
+    let dump = String::from_utf8_lossy(&out.stdout);
+    assert_shows(&dump, &[&cg.name, "web", "db"]);
+    let samples = dump.lines().filter(|l| l.contains(&cg.name)).count();
+    assert!(
+        samples >= 10,
+        "{} samples of the test cgroup:\n{}",
+        samples,
+        dump
+    );
+
+    let out = env.run(&[
+        "dump",
+        "cgroup",
+        "--begin",
+        "2m ago",
+        "--output-format",
+        "json",
+    ]);
+    let json = String::from_utf8_lossy(&out.stdout);
+    assert!(json.contains(&cg.name), "{}", json);
+
+    let out = env.run(&["backends"]);
+    let plan = String::from_utf8_lossy(&out.stdout);
+    assert_shows(
+        &plan,
+        &["recording since", "cpu.stat", "memory.stat", "read"],
+    );
+
+    let tmux = Tmux::start(&env.command_line(&["replay", "--time", "2m ago"]));
+    let screen = tmux.wait_for(&["replay", &cg.name, "web"], Duration::from_secs(20));
+    assert_shows(&screen, &["replay", "Name", &cg.name, "web", "db"]);
+    let _ = tmux.tmux(&["send-keys", "q"]);
+}
+
+#[test]
+fn live_shows_cgroup_view() {
+    let cg = TestCgroups::new("live");
+    let env = Env::new();
+    let tmux = Tmux::start(&env.command_line(&["live", "--interval-s", "1"]));
+    let screen = tmux.wait_for(&["live", &cg.name], Duration::from_secs(20));
+    assert_shows(&screen, &["live", "Name", "<root>", &cg.name]);
+    // Values appear once a second sample gives rates.
+    let screen = tmux.wait_for(&["%"], Duration::from_secs(10));
+    assert_shows(&screen, &["%"]);
+    let _ = tmux.tmux(&["send-keys", "q"]);
+}
+
+fn fails_with(out: Output, want: &str) {
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "unexpected success");
+    assert!(err.contains(want), "stderr lacks {:?}: {}", want, err);
+    assert_eq!(
+        err.trim().lines().count(),
+        1,
+        "not one clear error: {}",
+        err
+    );
+}
+
+#[test]
+fn bad_cgroup_root_is_one_clear_error() {
+    let env = Env::new();
+    fails_with(
+        env.below(&["--cgroup-root", "/tmp", "record"])
+            .output()
+            .unwrap(),
+        "/tmp is not a cgroup2 filesystem",
+    );
+    fails_with(
+        env.below(&["--cgroup-root", "/nonexistent", "record"])
+            .output()
+            .unwrap(),
+        "Cannot access cgroup root /nonexistent",
+    );
+    fails_with(
+        env.below(&["--cgroup-root", "/tmp", "live"])
+            .output()
+            .unwrap(),
+        "/tmp is not a cgroup2 filesystem",
+    );
+    assert!(!env.store().join("index").exists());
+}
+
+#[test]
+fn no_cgroup2_mount_is_one_clear_error() {
+    // A private mount namespace without the cgroup2 mount.
+    let mount = bpf_stats::find_cgroup2_mount().unwrap();
+    let env = Env::new();
+    let script = format!(
+        "umount -l {} && exec {} record --count 1",
+        mount.display(),
+        env.command_line(&[])
+    );
+    let out = Command::new("unshare")
+        .args(["-m", "--propagation", "private", "sh", "-c", &script])
+        .output()
+        .unwrap();
+    fails_with(out, "No cgroup2 filesystem is mounted");
+}
+
+#[test]
+fn forced_unavailable_backend_fails_with_reason() {
+    let env = Env::new();
+    let out = env
+        .below(&["--cgroup-backend", "stream", "record", "--count", "1"])
+        .output()
+        .unwrap();
+    fails_with(out, "--cgroup-backend stream is unavailable: ");
+    assert!(!env.store().exists());
+}
