@@ -143,6 +143,23 @@ fn keep_libbpf_message(_: PrintLevel, msg: String) {
     }
 }
 
+/// Why a load failed, from libbpf's messages: the verifier's verdict (the
+/// log lines before "processed N insns") when there is one, else libbpf's
+/// last message.
+fn load_failure(log: &[String]) -> String {
+    let verifier = log
+        .iter()
+        .flat_map(|m| m.lines())
+        .take_while(|l| !l.starts_with("processed "))
+        .filter(|l| !l.trim().is_empty() && !l.contains("END PROG LOAD LOG"));
+    let tail: Vec<&str> = verifier.collect();
+    let has_log = log.iter().any(|m| m.contains("BEGIN PROG LOAD LOG"));
+    match (has_log, tail.len()) {
+        (true, n) if n >= 2 => tail[n - 2..].join(" / "),
+        _ => log.last().cloned().unwrap_or_default(),
+    }
+}
+
 /// A read-only shared mapping of the records map.
 struct Mapping {
     ptr: NonNull<Record>,
@@ -239,16 +256,10 @@ impl Loaded {
             .as_deref_mut()
             .context("The BPF object has no .rodata")?;
         rodata.cpumask_bytes = (ids.cpus.div_ceil(64) * 8).min(CPU_WORDS * 8) as u32;
+        rodata.kfuncs = ids.kfuncs;
         let skel = open.load().map_err(|e| {
             let log = LIBBPF_LOG.lock().unwrap_or_else(|e| e.into_inner());
-            let detail: Vec<&str> = log
-                .iter()
-                .filter(|l| !l.is_empty())
-                .rev()
-                .take(3)
-                .map(String::as_str)
-                .collect();
-            anyhow!("{e} ({})", detail.join(" | "))
+            anyhow!("{e} ({})", load_failure(&log))
         })?;
         let mut opts = CgroupIterOpts::from_fd(root);
         // The kernel rejects order 0 (libbpf-rs's Default).
@@ -322,16 +333,48 @@ impl Loaded {
     }
 }
 
-/// nr_cpu_ids and nr_node_ids: cpumask/nodemask bits past them are not
-/// the kernel's to show (and not allocated, for cpumasks).
+/// What the program is told at load: nr_cpu_ids and nr_node_ids
+/// (cpumask/nodemask bits past them are not the kernel's to show, nor
+/// allocated for cpumasks), and the KF_* kfuncs the kernel's BTF has.
 #[derive(Clone, Copy)]
 struct Limits {
     cpus: usize,
     nodes: usize,
+    kfuncs: u32,
+}
+
+// KF_* of cgroup_stats.h.
+const KF_CSS_RSTAT_FLUSH: u32 = 1 << 0;
+const KF_CGROUP_RSTAT_FLUSH: u32 = 1 << 1;
+const KF_MEMCG: u32 = 1 << 2;
+const MEMCG_KFUNCS: [&str; 5] = [
+    "bpf_get_mem_cgroup",
+    "bpf_put_mem_cgroup",
+    "bpf_mem_cgroup_page_state",
+    "bpf_mem_cgroup_vm_events",
+    "bpf_mem_cgroup_flush_stats",
+];
+
+/// KF_* bits for the kfuncs the running kernel's BTF declares.
+fn kfuncs_in(btf: &libbpf_rs::btf::Btf) -> u32 {
+    let has = |name: &str| {
+        btf.type_by_name::<libbpf_rs::btf::types::Func>(name)
+            .is_some()
+    };
+    let mut bits = 0;
+    if has("css_rstat_flush") {
+        bits |= KF_CSS_RSTAT_FLUSH;
+    } else if has("cgroup_rstat_flush") {
+        bits |= KF_CGROUP_RSTAT_FLUSH;
+    }
+    if MEMCG_KFUNCS.iter().all(|f| has(f)) {
+        bits |= KF_MEMCG;
+    }
+    bits
 }
 
 impl Limits {
-    fn of_this_machine() -> Self {
+    fn of_this_machine(kfuncs: u32) -> Self {
         // "0-3,8": the last id + 1.
         let count = |list: &str| {
             std::fs::read_to_string(list)
@@ -342,6 +385,7 @@ impl Limits {
         Limits {
             cpus: count("/sys/devices/system/cpu/possible"),
             nodes: count("/sys/devices/system/node/possible"),
+            kfuncs,
         }
     }
 }
@@ -365,7 +409,12 @@ pub(crate) fn probe(root_fd: BorrowedFd, filter: Option<Regex>) -> Probe {
         return fail(format!("no BTF at {}", BTF_PATH));
     }
     LIBBPF_LOG.lock().unwrap_or_else(|e| e.into_inner()).clear();
-    let limits = Limits::of_this_machine();
+    let btf = match libbpf_rs::btf::Btf::from_vmlinux() {
+        Ok(btf) => btf,
+        Err(e) => return fail(format!("cannot read {}: {e}", BTF_PATH)),
+    };
+    let limits = Limits::of_this_machine(kfuncs_in(&btf));
+    drop(btf);
     let old = libbpf_rs::set_print(Some((PrintLevel::Warn, keep_libbpf_message)));
     let loaded = Loaded::new(root_fd, FIRST_CAPACITY, limits);
     libbpf_rs::set_print(old);

@@ -30,6 +30,9 @@ __u32 features;
 /* Bytes of a cpumask the kernel allocated (nr_cpu_ids bits, in longs);
  * set by the loader: reading past them reads other objects. */
 const volatile __u32 cpumask_bytes = 8;
+/* KF_* bits; constant at load, so the verifier drops calls to kfuncs this
+ * kernel lacks (libbpf poisons them). */
+const volatile __u32 kfuncs;
 
 /* 7.x rstat flush; 6.x had cgroup_rstat_flush(struct cgroup *). */
 extern void css_rstat_flush(struct cgroup_subsys_state *css) __ksym __weak;
@@ -48,10 +51,7 @@ enum cgroup_subsys_id___opt {
 
 static __always_inline bool have_memcg_kfuncs(void)
 {
-	return bpf_ksym_exists(bpf_get_mem_cgroup) && bpf_ksym_exists(bpf_put_mem_cgroup) &&
-	       bpf_ksym_exists(bpf_mem_cgroup_page_state) &&
-	       bpf_ksym_exists(bpf_mem_cgroup_vm_events) &&
-	       bpf_ksym_exists(bpf_mem_cgroup_flush_stats);
+	return kfuncs & KF_MEMCG;
 }
 
 #define SUBSYS_ID(name) bpf_core_enum_value(enum cgroup_subsys_id, name##_cgrp_id)
@@ -326,10 +326,10 @@ static __always_inline void flush_at_walk_root(struct cgroup *cgrp)
 {
 	__u32 feat = 0;
 
-	if (bpf_ksym_exists(css_rstat_flush)) {
+	if (kfuncs & KF_CSS_RSTAT_FLUSH) {
 		css_rstat_flush(&cgrp->self);
 		feat |= FEAT_CPU_FLUSH;
-	} else if (bpf_ksym_exists(cgroup_rstat_flush)) {
+	} else if (kfuncs & KF_CGROUP_RSTAT_FLUSH) {
 		cgroup_rstat_flush(cgrp);
 		feat |= FEAT_CPU_FLUSH;
 	}

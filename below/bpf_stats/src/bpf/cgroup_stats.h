@@ -30,6 +30,12 @@
 #define FEAT_CFS_BANDWIDTH (1U << 3)
 #define FEAT_ZSWAP (1U << 4)
 
+/* Kfuncs user space found in the running kernel's BTF (rodata `kfuncs`):
+ * bpf_ksym_exists() on a kfunc needs 6.3+, so the check is done there. */
+#define KF_CSS_RSTAT_FLUSH (1U << 0)
+#define KF_CGROUP_RSTAT_FLUSH (1U << 1)
+#define KF_MEMCG (1U << 2)
+
 /* Our own controller bits, independent of the kernel's subsys ids. */
 enum ctrl_bit {
 	CTRL_CPUSET,
