@@ -2,7 +2,7 @@
 # Runs inside a tests/vm guest (busybox sh). Usage: guest-checks.sh full|fallback
 # full:     7.3 guest (memcg kfuncs): plan, compare, churn, syscalls, bench.
 # fallback: kernel without memcg kfuncs: auto falls back per file with the
-#           reason, forcing bpf fails with it.
+#           reason, forcing bpf fails with it; what BPF serves equals text.
 set -u
 B=/bpf_check
 fail=0
@@ -37,6 +37,8 @@ fallback)
   else
     cat /tmp/forced; echo "=== plan-bpf: FAIL (wrong reason)"; fail=1
   fi
+  # What BPF does serve here must equal the text.
+  check compare $B compare 60
   ;;
 esac
 exit $fail

@@ -6,6 +6,11 @@
 //! (pread at offset 0) for the root's cpu.stat and pressure, and through
 //! [`PlainReader::read_cgroup`] on a dir opened relative to the root fd for
 //! files the plan gives to plain read.
+//!
+//! Pressure: BPF reads `psi_group.total`/`avg` as the kernel last
+//! aggregated them (its averaging work runs every 2 s while the group is
+//! active; a text read aggregates first). We accept that lag rather than
+//! read text: below uses avg10, and totals lag at most one period.
 
 use std::collections::BTreeSet;
 use std::collections::HashMap;
