@@ -10,15 +10,15 @@ say() { printf '[e2e/stream] %s\n' "$*" >&2; }
 
 say "building release binaries"
 cargo build --release --locked -q -p bstats-below
-cargo build --release --locked -q -p bpf_stats --example compare
-below=target/release/below compare=target/release/examples/compare
+cargo build --release --locked -q -p bpf_stats --example bpf_check
+below=target/release/below check=target/release/examples/bpf_check
 patched=${1:-$(tests/vm/kernel.sh patched | tail -n1)}
 work=$(mktemp -d)
 trap 'tmux -L e2e-stream kill-server 2>/dev/null || true; rm -rf "$work"' EXIT
 
 say "patched guest: compare + record"
 tests/vm/run.sh --kernel "$patched" --timeout 300 --out "$work/out" \
-  --add "$below:/below" --add "$compare:/compare" \
+  --add "$below:/below" --add "$check:/bpf_check" \
   --add tests/e2e/stream-guest.sh:/stream-guest.sh -- sh /stream-guest.sh
 
 say "host: replay the guest's store"

@@ -45,7 +45,12 @@ fn main() -> Result<()> {
     };
     match args.first().map(String::as_str) {
         Some("plan") => plan(args.get(1).map_or("auto", String::as_str)),
-        Some("compare") => compare(arg(1, 60)? as usize),
+        Some("compare") => compare(
+            arg(1, 60)? as usize,
+            args.get(2).map_or(Ok(BackendChoice::Auto), |b| {
+                b.parse().map_err(anyhow::Error::msg)
+            })?,
+        ),
         Some("churn") => churn(arg(1, 10)?),
         Some("syscalls") => syscalls(),
         Some("bench") => bench(arg(1, 1000)? as usize, arg(2, 20)? as u32),
@@ -64,7 +69,8 @@ fn options(root: &Path, backend: BackendChoice) -> Options {
         backend,
         collect_io_stat: false,
         filter: None,
-        stream_interval: None,
+        // Turns kernel streaming on (if off) for the stream backend.
+        stream_interval: Some(Duration::from_millis(100)),
     }
 }
 
@@ -287,9 +293,10 @@ fn diff(
     out
 }
 
-/// Check 1: a loaded, frozen tree of `n` (>= 50) cgroups; every field both
-/// backends produce must be equal.
-fn compare(n: usize) -> Result<()> {
+/// Check 1: a loaded, frozen tree of `n` (>= 50) cgroups; every field
+/// `backend` serves (BPF for auto/bpf, streams for stream) must equal plain
+/// read's.
+fn compare(n: usize, backend: BackendChoice) -> Result<()> {
     let mut t = Tree::new("bpfcheck")?;
     let per = 5;
     let mut leaves = Vec::new();
@@ -348,13 +355,17 @@ fn compare(n: usize) -> Result<()> {
     let mut read = CgroupCollector::new(&options(&root, BackendChoice::Read))?;
     // auto: BPF for every file this kernel lets it serve (all but the
     // text-only ones on 7.3; fewer on older kernels).
-    let mut bpf = CgroupCollector::new(&options(&root, BackendChoice::Auto))?;
-    print!("plan (auto):\n{}", bpf.plan());
+    let mut bpf = CgroupCollector::new(&options(&root, backend))?;
+    print!("plan ({backend}):\n{}", bpf.plan());
+    let served = match backend {
+        BackendChoice::Stream => BackendKind::Stream,
+        _ => BackendKind::Bpf,
+    };
     let bpf_fields: BTreeSet<&str> = bpf
         .plan()
         .files
         .iter()
-        .filter(|c| c.backend == BackendKind::Bpf)
+        .filter(|c| c.backend == served)
         .map(|c| field_of(c.file))
         .chain(["inode_number"])
         .collect();

@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# `below record` with the BPF backend and with plain read in the Debian 7.3
+# guest, over the same frozen cgroups: `below dump cgroup` must agree.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+echo "[e2e/record] building below (release)" >&2
+cargo build --release --locked -q -p bstats-below
+tests/vm/run.sh --kernel debian-7.3 --timeout 400 --add target/release/below:/below \
+  --add tests/e2e/record-guest.sh:/record-guest.sh -- sh /record-guest.sh
