@@ -14,6 +14,7 @@ use crate::alloc;
 use crate::collectors::Collector;
 use crate::collectors::Downstream;
 use crate::collectors::Kind;
+use crate::collectors::Raw;
 use crate::probe;
 use crate::probe::Cpu;
 use crate::probe::SysCr;
@@ -147,16 +148,17 @@ fn one_sample(
     Ok(())
 }
 
-/// openat calls of one kernel-read pass, counted outside the timed samples.
-fn count_opens(c: &mut Collector) -> Result<(Option<u64>, &'static str)> {
+/// A kernel-read pass with its openat calls counted (kept off the timed
+/// samples, see [`probe::SyscallCounter`]).
+fn read_counting_opens(c: &mut Collector) -> Result<(Raw, Option<u64>, &'static str)> {
     if let Ok(perf) = probe::SyscallCounter::new("openat") {
         let before = perf.read()?;
-        c.read()?;
-        return Ok((Some(perf.read()? - before), "perf"));
+        let raw = c.read()?;
+        return Ok((raw, Some(perf.read()? - before), "perf"));
     }
     let before = c.opens();
-    c.read()?;
-    Ok((c.opens().zip(before).map(|(a, b)| a - b), "reader"))
+    let raw = c.read()?;
+    Ok((raw, c.opens().zip(before).map(|(a, b)| a - b), "reader"))
 }
 
 pub fn collect_cell(kind: Kind, root: &Path, budget: Budget) -> Result<CollectRow> {
@@ -166,8 +168,11 @@ pub fn collect_cell(kind: Kind, root: &Path, budget: Budget) -> Result<CollectRo
     };
     let mut down = Downstream::new()?;
     let mut sc = SysCr::new()?;
-    // Warm-up: gives the model a previous sample; first opens cost more.
-    one_sample(&mut c, &mut down, &mut sc, &mut Laps::default())?;
+    // Warm-up, untimed: counts opens, gives the model a previous sample,
+    // and takes the first-open costs out of the timed samples.
+    let (raw, opens, opens_source) = read_counting_opens(&mut c)?;
+    let sample = down.model(raw.into_tree());
+    down.store(sample)?;
     let heap0 = alloc::reset_peak();
     let mut l = Laps::default();
     let start = Instant::now();
@@ -176,7 +181,6 @@ pub fn collect_cell(kind: Kind, root: &Path, budget: Budget) -> Result<CollectRo
         one_sample(&mut c, &mut down, &mut sc, &mut l)?;
     }
     let peak = alloc::peak() - heap0;
-    let (opens, opens_source) = count_opens(&mut c)?;
     let phase = |i: usize| Phase::of(&l.cpu[i], &l.wall[i]);
     Ok(CollectRow {
         collector: kind.label(),

@@ -68,12 +68,14 @@ impl Fixture {
         'outer: for depth in 1..=3 {
             let mut next = Vec::new();
             for parent in &level {
-                if depth > 1 {
-                    enable_controllers(parent)?;
-                }
                 for i in 0..f {
                     if fx.dirs.len() == n {
                         break 'outer;
+                    }
+                    // Only on cgroups that get children: one with
+                    // controllers on for children cannot hold processes.
+                    if i == 0 && depth > 1 {
+                        enable_controllers(parent)?;
                     }
                     let d = parent.join(format!("l{depth}-{i:03}"));
                     std::fs::create_dir(&d)
