@@ -155,15 +155,18 @@ fn load_config(opt: &Opt) -> Result<Config> {
     })
 }
 
-fn stderr_logger(debug: bool) -> slog::Logger {
-    let decorator = slog_term::TermDecorator::new().stderr().build();
-    let drain = slog_term::FullFormat::new(decorator).build().fuse();
-    let level = if debug {
+fn log_level(debug: bool) -> slog::Level {
+    if debug {
         slog::Level::Debug
     } else {
         slog::Level::Info
-    };
-    let drain = std::sync::Mutex::new(drain.filter_level(level)).fuse();
+    }
+}
+
+fn stderr_logger(debug: bool) -> slog::Logger {
+    let decorator = slog_term::TermDecorator::new().stderr().build();
+    let drain = slog_term::FullFormat::new(decorator).build().fuse();
+    let drain = std::sync::Mutex::new(drain.filter_level(log_level(debug))).fuse();
     slog::Logger::root(drain, o!())
 }
 
@@ -180,19 +183,21 @@ fn tui_logger(log_dir: &Path, debug: bool) -> Result<slog::Logger> {
         .with_context(|| format!("Failed to open log file {}", path.display()))?;
     let decorator = below_common::logutil::CompoundDecorator::new(file, std::io::stderr());
     let drain = slog_term::FullFormat::new(decorator).build().fuse();
-    let level = if debug {
-        slog::Level::Debug
-    } else {
-        slog::Level::Info
-    };
-    let drain = below_common::logutil::CommandPaletteDrain::new(drain.filter_level(level)).fuse();
+    let drain =
+        below_common::logutil::CommandPaletteDrain::new(drain.filter_level(log_level(debug)))
+            .fuse();
     Ok(slog::Logger::root(
         std::sync::Mutex::new(drain).fuse(),
         o!(),
     ))
 }
 
-fn cgroup_options(cfg: &Config, collect_io_stat: bool) -> Result<bpf_stats::Options> {
+/// `stream_interval`: the stream flush interval to set if streaming is off.
+fn cgroup_options(
+    cfg: &Config,
+    collect_io_stat: bool,
+    stream_interval: Option<Duration>,
+) -> Result<bpf_stats::Options> {
     bpf_stats::check_cgroup2_root(&cfg.cgroup_root)?;
     let filter = if cfg.below.cgroup_filter_out.is_empty() {
         None
@@ -207,6 +212,7 @@ fn cgroup_options(cfg: &Config, collect_io_stat: bool) -> Result<bpf_stats::Opti
         backend: cfg.backend,
         collect_io_stat,
         filter,
+        stream_interval,
     })
 }
 
@@ -227,12 +233,13 @@ fn below_options(cfg: &Config, disable_disk_stat: bool) -> model::CollectorOptio
 fn new_collector(
     logger: &slog::Logger,
     cfg: &Config,
+    interval: Duration,
     collect_io_stat: bool,
     disable_disk_stat: bool,
 ) -> Result<bstats_model::Collector> {
     let c = bstats_model::Collector::new(
         logger.clone(),
-        &cgroup_options(cfg, collect_io_stat)?,
+        &cgroup_options(cfg, collect_io_stat, Some(interval))?,
         below_options(cfg, disable_disk_stat),
     )?;
     info!(
@@ -272,7 +279,13 @@ fn record(logger: &slog::Logger, cfg: &Config, interval: Duration, args: RecordA
     let mode = bstats_store::compression_mode(args.compress, args.dict_chunk)?;
     // Probe and plan before touching the store: a forced backend the kernel
     // lacks must not leave an empty store behind.
-    let mut collector = new_collector(logger, cfg, args.collect_io_stat, args.disable_disk_stat)?;
+    let mut collector = new_collector(
+        logger,
+        cfg,
+        interval,
+        args.collect_io_stat,
+        args.disable_disk_stat,
+    )?;
     let store_dir = &cfg.below.store_dir;
     let mut recorder = bstats_store::Recorder::new(
         logger.clone(),
@@ -338,7 +351,7 @@ struct RecordArgs {
 
 fn backends(cfg: &Config, now: bool, json: bool) -> Result<()> {
     if now {
-        let c = bpf_stats::CgroupCollector::new(&cgroup_options(cfg, true)?)?;
+        let c = bpf_stats::CgroupCollector::new(&cgroup_options(cfg, true, None)?)?;
         if json {
             println!("{}", serde_json::to_string_pretty(c.plan())?);
         } else {
@@ -383,17 +396,13 @@ fn run(opt: Opt) -> Result<()> {
         Command::Live { interval_s } => {
             let logger = tui_logger(&cfg.below.log_dir, cfg.debug)?;
             // Fail before the TUI starts if the root is unusable.
-            cgroup_options(&cfg, true)?;
+            cgroup_options(&cfg, true, None)?;
             let thread_logger = logger.clone();
-            bstats_view::run_live(
-                logger,
-                store_dir,
-                Duration::from_secs(interval_s),
-                move || {
-                    let mut c = new_collector(&thread_logger, &cfg, true, false)?;
-                    Ok(move || c.collect_and_update_model().map(|(_, m)| m))
-                },
-            )
+            let interval = Duration::from_secs(interval_s);
+            bstats_view::run_live(logger, store_dir, interval, move || {
+                let mut c = new_collector(&thread_logger, &cfg, interval, true, false)?;
+                Ok(move || c.collect_and_update_model().map(|(_, m)| m))
+            })
         }
         Command::Record {
             interval_s,

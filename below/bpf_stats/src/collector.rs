@@ -2,15 +2,22 @@
 //! produces one [`Snapshot`] per sample.
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use anyhow::Result;
 use regex::Regex;
 
 use crate::plan::Capability;
+use crate::read::apply;
+use crate::read::PressureParts;
 use crate::read::ReadCounters;
 use crate::read::Walker;
+use crate::stream::Stale;
+use crate::stream::StreamRead;
+use crate::stream::Streams;
 use crate::BackendChoice;
 use crate::BackendKind;
+use crate::FileError;
 use crate::FileSet;
 use crate::Plan;
 use crate::Snapshot;
@@ -25,40 +32,48 @@ pub struct Options {
     pub collect_io_stat: bool,
     /// Skip children whose path relative to `root` matches.
     pub filter: Option<Regex>,
+    /// With the stream backend: the flush interval to set when streaming is
+    /// off (`None`: use streams only if someone else turned them on).
+    pub stream_interval: Option<Duration>,
 }
 
 pub struct CgroupCollector {
     plan: Plan,
     walker: Walker,
     want: FileSet,
+    streams: Option<Streams>,
 }
 
 fn probe_bpf() -> Capability {
     Err("this build has no BPF backend".to_owned())
 }
 
-fn probe_stream(opts: &Options) -> Capability {
-    let knob = opts.root.join("cpu.stat.stream_interval");
-    if !knob.exists() {
-        return Err(format!(
-            "the kernel has no stream files ({} is missing)",
-            knob.display()
-        ));
-    }
-    Err("this build has no stream backend".to_owned())
-}
-
 impl CgroupCollector {
     pub fn new(opts: &Options) -> Result<Self> {
-        let plan = Plan::choose(opts.backend, &probe_bpf(), &probe_stream(opts))?;
+        let walker = Walker::new(&opts.root, opts.filter.clone())?;
         let mut want = FileSet::all();
         if !opts.collect_io_stat {
             want.remove(StatFile::IoStat);
         }
+        let streams = match opts.backend {
+            BackendChoice::Read | BackendChoice::Bpf => Err("not asked for".to_owned()),
+            _ => Streams::start(walker.root_fd(), opts.stream_interval),
+        };
+        let stream_cap = streams
+            .as_ref()
+            .map(|_| crate::stream::support())
+            .map_err(Clone::clone);
+        let plan = Plan::choose(opts.backend, &probe_bpf(), &stream_cap)?;
+        let uses_streams = !plan
+            .files_of(BackendKind::Stream)
+            .intersection(want)
+            .is_empty();
         Ok(CgroupCollector {
             plan,
-            walker: Walker::new(&opts.root, opts.filter.clone())?,
+            walker,
             want,
+            // Dropping unused streams turns off an interval we just set.
+            streams: streams.ok().filter(|_| uses_streams),
         })
     }
 
@@ -72,14 +87,95 @@ impl CgroupCollector {
     }
 
     pub fn collect(&mut self) -> Snapshot {
-        self.walker.walk(
-            self.plan
-                .files_of(BackendKind::Read)
-                .intersection(self.want),
-        )
+        let mut read = self
+            .plan
+            .files_of(BackendKind::Read)
+            .intersection(self.want);
+        let stream_files = self
+            .plan
+            .files_of(BackendKind::Stream)
+            .intersection(self.want);
+        let mut notes = Vec::new();
+        let mut streams = None;
+        if let Some(st) = self.streams.as_mut() {
+            match st.wait() {
+                Ok(()) => streams = Some(st),
+                Err(why) => {
+                    notes.push(format!(
+                        "stream backend: {}; plain read of {:?} this sample",
+                        why, stream_files
+                    ));
+                    read = read.union(stream_files);
+                }
+            }
+        }
+        let mut snap = self.walker.walk(read);
+        if let Some(st) = streams {
+            read_streams(st, &mut self.walker, stream_files, &mut snap, &mut notes);
+            st.end_sample();
+        }
+        snap.notes = notes;
+        snap
     }
 
     pub fn read_counters(&self) -> ReadCounters {
-        self.walker.reader.counters
+        ReadCounters {
+            streams_opened: self.streams.as_ref().map_or(0, |s| s.opened),
+            ..self.walker.reader.counters
+        }
+    }
+
+    /// Cgroups with stream fds kept open.
+    pub fn stream_fds_kept(&self) -> usize {
+        self.streams.as_ref().map_or(0, Streams::kept_cgroups)
+    }
+}
+
+/// Fills `files` of every cgroup of `snap` from its stream files; a file
+/// without a fresh record is read as plain text instead.
+fn read_streams(
+    st: &mut Streams,
+    walker: &mut Walker,
+    files: FileSet,
+    snap: &mut Snapshot,
+    notes: &mut Vec<String>,
+) {
+    let mut stale = 0;
+    for idx in 0..snap.nodes.len() {
+        let ino = snap.nodes[idx].sample.inode_number.unwrap_or(-1);
+        for file in files.iter() {
+            let nodes = &snap.nodes;
+            let path = || Snapshot::path_in(nodes, idx);
+            let error = match st.read(ino, path, file) {
+                Ok(StreamRead::Text(text)) => {
+                    let s = &mut snap.nodes[idx].sample;
+                    match apply(file, text, s, &mut PressureParts::default()) {
+                        Ok(()) => continue,
+                        Err(e) => e.to_string(),
+                    }
+                }
+                Ok(StreamRead::Absent) => continue,
+                Err(Stale::NoRecord) => {
+                    stale += 1;
+                    let path = snap.path_of(idx);
+                    let only = [file].into_iter().collect();
+                    let sample = &mut snap.nodes[idx].sample;
+                    walker.read_at(&path, only, sample, &mut snap.errors);
+                    continue;
+                }
+                Err(Stale::Io(e)) => e.to_string(),
+            };
+            snap.errors.push(FileError {
+                cgroup: snap.path_of(idx),
+                file,
+                error,
+            });
+        }
+    }
+    if stale > 0 {
+        notes.push(format!(
+            "stream backend: {} stream files had no new record; read as plain text",
+            stale
+        ));
     }
 }

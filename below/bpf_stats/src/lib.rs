@@ -9,6 +9,7 @@ pub mod parse;
 mod plan;
 pub mod read;
 mod snapshot;
+mod stream;
 
 use cgroupfs::CpuPressure;
 use cgroupfs::IoPressure;
@@ -32,7 +33,7 @@ pub use crate::snapshot::FileError;
 pub use crate::snapshot::Node;
 pub use crate::snapshot::Snapshot;
 
-type PressureLines = (PressureMetrics, Option<PressureMetrics>);
+pub(crate) type PressureLines = (PressureMetrics, Option<PressureMetrics>);
 
 /// below keeps the three pressure files as one field; io and memory must
 /// have a "full" line.

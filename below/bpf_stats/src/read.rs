@@ -24,6 +24,7 @@ use crate::parse;
 use crate::FileError;
 use crate::FileSet;
 use crate::Node;
+use crate::PressureLines;
 use crate::Snapshot;
 use crate::StatFile;
 
@@ -49,6 +50,8 @@ pub(crate) fn open_root(root: &Path) -> Result<OwnedFd> {
 pub struct ReadCounters {
     pub files_opened: u64,
     pub dirs_opened: u64,
+    /// Stream files opened (kept across samples).
+    pub streams_opened: u64,
 }
 
 /// Reads cgroup files into a reused buffer.
@@ -122,36 +125,6 @@ impl PlainReader {
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
     }
 
-    /// Reads and parses one file; on failure records a [`FileError`] and
-    /// gives `None`. `absent` is set when the file is not there.
-    fn get<T>(
-        &mut self,
-        dir: BorrowedFd,
-        cgroup: &str,
-        file: StatFile,
-        parse: impl FnOnce(&str) -> parse::Result<T>,
-        errors: &mut Vec<FileError>,
-        absent: &mut bool,
-    ) -> Option<T> {
-        let error = match self.read(dir, file) {
-            Ok(Content::Text(text)) => match parse(text) {
-                Ok(v) => return Some(v),
-                Err(e) => e.to_string(),
-            },
-            Ok(Content::Absent) => {
-                *absent = true;
-                return None;
-            }
-            Err(e) => e.to_string(),
-        };
-        errors.push(FileError {
-            cgroup: cgroup.to_owned(),
-            file,
-            error,
-        });
-        None
-    }
-
     /// Reads `files` of the cgroup open at `dir` into `s`.
     ///
     /// Returns [`Liveness::Gone`] when the cgroup was removed while being
@@ -165,51 +138,26 @@ impl PlainReader {
         errors: &mut Vec<FileError>,
     ) -> Liveness {
         let mut absent = false;
-        let mut pressure = (None, None, None);
-        for f in files.iter() {
-            macro_rules! get {
-                ($parse:expr) => {
-                    self.get(dir, cgroup, f, $parse, errors, &mut absent)
-                };
-            }
-            match f {
-                StatFile::CpuStat => s.cpu_stat = get!(parse::cpu_stat),
-                StatFile::IoStat => s.io_stat = get!(parse::io_stat),
-                StatFile::PidsCurrent => s.tids_current = get!(parse::single_u64),
-                StatFile::PidsMax => s.tids_max = get!(parse::u64_or_max),
-                StatFile::MemoryCurrent => s.memory_current = get!(parse::single_i64),
-                StatFile::MemoryStat => s.memory_stat = get!(parse::memory_stat),
-                StatFile::CpuPressure => pressure.0 = get!(parse::pressure),
-                StatFile::IoPressure => pressure.1 = get!(parse::pressure),
-                StatFile::MemoryPressure => pressure.2 = get!(parse::pressure),
-                StatFile::MemorySwapCurrent => s.memory_swap_current = get!(parse::single_i64),
-                StatFile::MemoryMin => s.memory_min = get!(parse::u64_or_max),
-                StatFile::MemoryLow => s.memory_low = get!(parse::u64_or_max),
-                StatFile::MemoryHigh => s.memory_high = get!(parse::u64_or_max),
-                StatFile::MemoryMax => s.memory_max = get!(parse::u64_or_max),
-                StatFile::MemorySwapMax => s.memory_swap_max = get!(parse::u64_or_max),
-                StatFile::MemoryZswapMax => s.memory_zswap_max = get!(parse::u64_or_max),
-                StatFile::MemoryEvents => s.memory_events = get!(parse::memory_events),
-                StatFile::MemoryEventsLocal => {
-                    s.memory_events_local = get!(parse::memory_events_local)
+        let mut pressure = PressureParts::default();
+        for file in files.iter() {
+            let error = match self.read(dir, file) {
+                Ok(Content::Text(text)) => match apply(file, text, s, &mut pressure) {
+                    Ok(()) => continue,
+                    Err(e) => e.to_string(),
+                },
+                Ok(Content::Absent) => {
+                    absent = true;
+                    continue;
                 }
-                StatFile::CgroupStat => s.cgroup_stat = get!(parse::cgroup_stat),
-                StatFile::MemoryNumaStat => s.memory_numa_stat = get!(parse::numa_stat),
-                StatFile::CpusetCpus => s.cpuset_cpus = get!(parse::cpuset),
-                StatFile::CpusetCpusEffective => s.cpuset_cpus_effective = get!(parse::cpuset),
-                StatFile::CpusetMems => s.cpuset_mems = get!(parse::mem_nodes),
-                StatFile::CpusetMemsEffective => s.cpuset_mems_effective = get!(parse::mem_nodes),
-                StatFile::CpuWeight => s.cpu_weight = get!(parse::single_u32),
-                StatFile::CpuMax => s.cpu_max = get!(parse::cpu_max),
-                StatFile::CgroupControllers => s.cgroup_controllers = get!(parse::controllers),
-                StatFile::CgroupSubtreeControl => {
-                    s.cgroup_subtree_control = get!(parse::controllers)
-                }
-            }
+                Err(e) => e.to_string(),
+            };
+            errors.push(FileError {
+                cgroup: cgroup.to_owned(),
+                file,
+                error,
+            });
         }
-        if let (Some(cpu), Some(io), Some(mem)) = pressure {
-            s.pressure = crate::assemble_pressure(cpu, io, mem, cgroup, errors);
-        }
+        pressure.assemble(s, cgroup, errors);
         // A missing file is normal (controller off); a missing
         // cgroup.controllers, which every cgroup has, means it is gone.
         if absent && !cgroup.is_empty() && !exists_at(dir, StatFile::CgroupControllers.path()) {
@@ -217,6 +165,68 @@ impl PlainReader {
         }
         Liveness::Alive
     }
+}
+
+/// The three pressure files, kept until all are read: below holds them as
+/// one field.
+#[derive(Default)]
+pub(crate) struct PressureParts {
+    cpu: Option<PressureLines>,
+    io: Option<PressureLines>,
+    memory: Option<PressureLines>,
+}
+
+impl PressureParts {
+    pub(crate) fn assemble(self, s: &mut CgroupSample, cgroup: &str, errors: &mut Vec<FileError>) {
+        if let (Some(cpu), Some(io), Some(mem)) = (self.cpu, self.io, self.memory) {
+            s.pressure = crate::assemble_pressure(cpu, io, mem, cgroup, errors);
+        }
+    }
+}
+
+/// Parses the text of `file` into its field of `s` (pressure files into
+/// `p`, see [`PressureParts::assemble`]).
+pub(crate) fn apply(
+    file: StatFile,
+    text: &str,
+    s: &mut CgroupSample,
+    p: &mut PressureParts,
+) -> parse::Result<()> {
+    match file {
+        StatFile::CpuStat => s.cpu_stat = Some(parse::cpu_stat(text)?),
+        StatFile::IoStat => s.io_stat = Some(parse::io_stat(text)?),
+        StatFile::PidsCurrent => s.tids_current = Some(parse::single_u64(text)?),
+        StatFile::PidsMax => s.tids_max = Some(parse::u64_or_max(text)?),
+        StatFile::MemoryCurrent => s.memory_current = Some(parse::single_i64(text)?),
+        StatFile::MemoryStat => s.memory_stat = Some(parse::memory_stat(text)?),
+        StatFile::CpuPressure => p.cpu = Some(parse::pressure(text)?),
+        StatFile::IoPressure => p.io = Some(parse::pressure(text)?),
+        StatFile::MemoryPressure => p.memory = Some(parse::pressure(text)?),
+        StatFile::MemorySwapCurrent => s.memory_swap_current = Some(parse::single_i64(text)?),
+        StatFile::MemoryMin => s.memory_min = Some(parse::u64_or_max(text)?),
+        StatFile::MemoryLow => s.memory_low = Some(parse::u64_or_max(text)?),
+        StatFile::MemoryHigh => s.memory_high = Some(parse::u64_or_max(text)?),
+        StatFile::MemoryMax => s.memory_max = Some(parse::u64_or_max(text)?),
+        StatFile::MemorySwapMax => s.memory_swap_max = Some(parse::u64_or_max(text)?),
+        StatFile::MemoryZswapMax => s.memory_zswap_max = Some(parse::u64_or_max(text)?),
+        StatFile::MemoryEvents => s.memory_events = Some(parse::memory_events(text)?),
+        StatFile::MemoryEventsLocal => {
+            s.memory_events_local = Some(parse::memory_events_local(text)?)
+        }
+        StatFile::CgroupStat => s.cgroup_stat = Some(parse::cgroup_stat(text)?),
+        StatFile::MemoryNumaStat => s.memory_numa_stat = Some(parse::numa_stat(text)?),
+        StatFile::CpusetCpus => s.cpuset_cpus = Some(parse::cpuset(text)?),
+        StatFile::CpusetCpusEffective => s.cpuset_cpus_effective = Some(parse::cpuset(text)?),
+        StatFile::CpusetMems => s.cpuset_mems = Some(parse::mem_nodes(text)?),
+        StatFile::CpusetMemsEffective => s.cpuset_mems_effective = Some(parse::mem_nodes(text)?),
+        StatFile::CpuWeight => s.cpu_weight = Some(parse::single_u32(text)?),
+        StatFile::CpuMax => s.cpu_max = Some(parse::cpu_max(text)?),
+        StatFile::CgroupControllers => s.cgroup_controllers = Some(parse::controllers(text)?),
+        StatFile::CgroupSubtreeControl => {
+            s.cgroup_subtree_control = Some(parse::controllers(text)?)
+        }
+    }
+    Ok(())
 }
 
 fn exists_at(dir: BorrowedFd, name: &CStr) -> bool {
@@ -249,6 +259,28 @@ impl Walker {
 
     pub fn root_fd(&self) -> BorrowedFd<'_> {
         self.root_fd.as_fd()
+    }
+
+    /// Reads `files` of the cgroup at `path` (relative to the root) without
+    /// walking: for files a faster backend could not serve this time.
+    pub fn read_at(
+        &mut self,
+        path: &str,
+        files: FileSet,
+        s: &mut CgroupSample,
+        errors: &mut Vec<FileError>,
+    ) {
+        let dir = if path.is_empty() {
+            self.root_fd.try_clone().ok()
+        } else {
+            std::ffi::CString::new(path)
+                .ok()
+                .and_then(|c| open_dir_at(Some(self.root_fd.as_fd()), &c).ok())
+        };
+        // A cgroup removed since the sample started has nothing to read.
+        if let Some(dir) = dir {
+            self.reader.read_cgroup(dir.as_fd(), path, files, s, errors);
+        }
     }
 
     /// Walks the whole tree, reading `files` of every cgroup.

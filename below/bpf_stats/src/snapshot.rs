@@ -48,15 +48,22 @@ pub struct Snapshot {
     /// the root.
     pub nodes: Vec<Node>,
     pub errors: Vec<FileError>,
+    /// Things worth logging that are not file errors (a backend falling
+    /// back for this sample, and why).
+    pub notes: Vec<String>,
 }
 
 impl Snapshot {
     /// Path of node `idx` relative to the root, e.g. "system.slice/foo.service".
     pub fn path_of(&self, idx: usize) -> String {
+        Self::path_in(&self.nodes, idx)
+    }
+
+    pub(crate) fn path_in(nodes: &[Node], idx: usize) -> String {
         let mut names = Vec::new();
         let mut cur = Some(idx);
         while let Some(i) = cur {
-            let n = &self.nodes[i];
+            let n = &nodes[i];
             if n.parent.is_some() {
                 names.push(n.name.as_str());
             }

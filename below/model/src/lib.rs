@@ -108,6 +108,9 @@ impl Collector {
     }
 
     fn report_errors(&mut self, snap: &Snapshot) {
+        for note in &snap.notes {
+            warn!(self.logger, "{}", note);
+        }
         let n = snap.errors.len();
         if n != 0 && n != self.last_errors {
             for e in snap.errors.iter().take(3) {
@@ -166,7 +169,7 @@ mod test {
                 node(Some(1), "y", 5),
                 node(Some(0), "b", 6),
             ],
-            errors: vec![],
+            ..Default::default()
         };
         let root = build_tree(snap);
         assert_eq!(root.inode_number, Some(1));

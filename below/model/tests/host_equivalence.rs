@@ -106,6 +106,7 @@ fn ours(root: &Path) -> CgroupSample {
         backend: BackendChoice::Read,
         collect_io_stat: true,
         filter: None,
+        stream_interval: None,
     })
     .unwrap();
     let snap = c.collect();
