@@ -1,6 +1,5 @@
 //! Per-sample costs of each collector, alone and with K readers at once.
 
-use std::path::Path;
 use std::sync::atomic::AtomicBool;
 use std::sync::atomic::Ordering;
 use std::sync::Barrier;
@@ -15,6 +14,7 @@ use crate::collectors::Collector;
 use crate::collectors::Downstream;
 use crate::collectors::Kind;
 use crate::collectors::Raw;
+use crate::collectors::Target;
 use crate::probe;
 use crate::probe::Cpu;
 use crate::probe::SysCr;
@@ -161,8 +161,8 @@ fn read_counting_opens(c: &mut Collector) -> Result<(Raw, Option<u64>, &'static 
     Ok((raw, c.opens().zip(before).map(|(a, b)| a - b), "reader"))
 }
 
-pub fn collect_cell(kind: Kind, root: &Path, budget: Budget) -> Result<CollectRow> {
-    let mut c = match Collector::new(kind, root) {
+pub fn collect_cell(kind: Kind, target: &Target, budget: Budget) -> Result<CollectRow> {
+    let mut c = match Collector::new(kind, target) {
         Ok(c) => c,
         Err(e) => return Ok(CollectRow::na(kind, format!("{e:#}"))),
     };
@@ -220,7 +220,7 @@ pub struct ParallelRow {
 
 /// K threads, each with its own collector, released together every round
 /// so their reads (and the kernel's flushes) overlap.
-pub fn parallel_cell(kind: Kind, root: &Path, k: usize, budget: Budget) -> Result<ParallelRow> {
+pub fn parallel_cell(kind: Kind, target: &Target, k: usize, budget: Budget) -> Result<ParallelRow> {
     let mut row = ParallelRow {
         collector: kind.label(),
         kind: Some(kind),
@@ -228,7 +228,7 @@ pub fn parallel_cell(kind: Kind, root: &Path, k: usize, budget: Budget) -> Resul
         ..Default::default()
     };
     // Probe availability once, on this thread, for the n/a reason.
-    if let Err(e) = Collector::new(kind, root) {
+    if let Err(e) = Collector::new(kind, target) {
         row.status = format!("n/a: {e:#}");
         return Ok(row);
     }
@@ -244,7 +244,7 @@ pub fn parallel_cell(kind: Kind, root: &Path, k: usize, budget: Budget) -> Resul
                     let mut cpu = Cpu::default();
                     // A failed reader keeps meeting the barrier (or the
                     // others would wait forever) until the leader stops.
-                    let mut state = Collector::new(kind, root).and_then(|mut c| {
+                    let mut state = Collector::new(kind, target).and_then(|mut c| {
                         c.read()?;
                         Ok(c)
                     });

@@ -2,7 +2,6 @@
 //! building the tree, the model, and the store write.
 
 use std::collections::BTreeMap;
-use std::path::Path;
 use std::path::PathBuf;
 use std::time::Duration;
 use std::time::Instant;
@@ -66,6 +65,15 @@ impl Kind {
     }
 }
 
+/// What every collector samples.
+#[derive(Debug, Clone)]
+pub struct Target {
+    pub root: PathBuf,
+    /// The stream backend's kernel flush interval, set if streaming is off
+    /// (`below record` sets its sampling interval).
+    pub stream_interval: Duration,
+}
+
 pub enum Collector {
     Baseline(PathBuf),
     Ours(Box<CgroupCollector>),
@@ -81,7 +89,8 @@ pub enum Raw {
 impl Collector {
     /// Fails when the backend cannot run on this kernel: the error is the
     /// reason shown in the table.
-    pub fn new(kind: Kind, root: &Path) -> Result<Collector> {
+    pub fn new(kind: Kind, target: &Target) -> Result<Collector> {
+        let root = &target.root;
         Ok(match kind.backend() {
             None => {
                 // CgroupReader::new refuses anything but cgroup2: check once.
@@ -95,6 +104,7 @@ impl Collector {
                     backend,
                     collect_io_stat: false,
                     filter: None,
+                    stream_interval: Some(target.stream_interval),
                 })?))
             }
         })

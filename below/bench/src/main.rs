@@ -99,6 +99,10 @@ pub struct Args {
     /// Our `below` binary (package bstats-below) for the overhead section
     #[arg(long)]
     below: Option<PathBuf>,
+    /// Stream backend: kernel flush interval in ms, set for the run if
+    /// streaming is off (a stream sample waits for the next flush)
+    #[arg(long, default_value_t = 100)]
+    stream_interval_ms: u64,
     /// Write the report as JSON here
     #[arg(long)]
     json: Option<PathBuf>,
@@ -149,6 +153,10 @@ fn main() -> Result<()> {
             bail!("unknown section {s:?} (collect, parallel, overhead)");
         }
     }
+    let target = collectors::Target {
+        root: root.clone(),
+        stream_interval: std::time::Duration::from_millis(args.stream_interval_ms),
+    };
     let mut rep = report::Report::new(&root);
     if args.has("collect") {
         let budget = bench::Budget {
@@ -161,7 +169,7 @@ fn main() -> Result<()> {
             let mut rows = Vec::new();
             for &k in &kinds {
                 eprintln!("cgroup-bench: {n} cgroups: {}", k.label());
-                rows.push(bench::collect_cell(k, &root, budget)?);
+                rows.push(bench::collect_cell(k, &target, budget)?);
             }
             rep.add_collect(&args, fx.created(), rows);
             drop(fx);
@@ -180,7 +188,7 @@ fn main() -> Result<()> {
             for &k in &kinds {
                 for &r in &args.readers {
                     eprintln!("cgroup-bench: {r} parallel readers: {}", k.label());
-                    rows.push(bench::parallel_cell(k, &root, r, budget)?);
+                    rows.push(bench::parallel_cell(k, &target, r, budget)?);
                 }
             }
             rep.add_parallel(&args, fx.created(), rows);
