@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Usage: tests/bench/run.sh [--smoke] [--kernels "debian-7.3 patched"] [--out DIR]
-#                           [-- EXTRA cgroup-bench ARGS...]
+#                           [-- cgroup-bench ARGS...]
 # Builds release cgroup-bench and below, boots each kernel under QEMU (TCG,
 # tests/vm/run.sh), runs the whole benchmark in the guest and prints its
 # markdown tables. Results: DIR/<kernel>/bench.{md,json} (DIR defaults to
@@ -8,6 +8,7 @@
 # kernel series lands, or a failed build) is skipped with the reason.
 #   --smoke   a tiny run (10 cgroups, 2-3 samples, K=1,2, 1 s overhead):
 #             checks that everything runs in a guest, not the numbers.
+#   -- ARGS   cgroup-bench arguments replacing the default set below.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 say() { printf '[bench] %s\n' "$*" >&2; }
@@ -30,11 +31,11 @@ if [ $smoke = 1 ]; then
 else
   # Sized for TCG (~50x slower than the host): every cell stops after its
   # budget once it has its minimum samples; ~10 min per kernel.
-  args=(--sizes 10,100,1000,5000 --min-samples 3 --max-samples 200 --budget-s 8
+  args=(--sizes 10,100,1000,5000 --min-samples 2 --max-samples 200 --budget-s 5
         --readers 1,4,8 --cgroups 1000 --holders 32 --overhead-secs 10 --overhead-rounds 1)
   vm_timeout=1500
 fi
-args+=("$@")
+[ $# -eq 0 ] || args=("$@")
 
 say "building release binaries"
 cargo build --release --locked -p bstats-bench -p bstats-below >&2
