@@ -6,12 +6,14 @@
 # `apt-get update` runs only when something is missing.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+# (braces: bash parses the whole body first, so editing this file while it runs is safe)
+{
 
-pkgs=(qemu-system-x86 busybox-static cpio xz-utils zstd bpftool ca-certificates)
+pkgs=(qemu-system-x86 busybox-static cpio xz-utils zstd bpftool debian-archive-keyring)
 quiet=0
 for a in "$@"; do
   case "$a" in
-    --build) pkgs+=(build-essential flex bison bc libelf-dev libssl-dev dwarves python3) ;;
+    --build) pkgs+=(build-essential patch flex bison bc libelf-dev libssl-dev dwarves python3) ;;
     --quiet) quiet=1 ;;
     *) die "usage: $0 [--build] [--quiet]" ;;
   esac
@@ -32,3 +34,5 @@ if [ "$(id -u)" != 0 ]; then SUDO=sudo; fi
 export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -q >&2
 $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}" >&2
+exit $?
+}

@@ -5,6 +5,8 @@
 # and runs `bpftool btf dump file ... format c`.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+# (braces: bash parses the whole body first, so editing this file while it runs is safe)
+{
 
 kernel=${1:-debian-7.3}
 output=${2:-$REPO_ROOT/below/bpf_stats/src/bpf/vmlinux.h}
@@ -49,3 +51,5 @@ HDR
 } >"$output.tmp"
 mv "$output.tmp" "$output"
 log "wrote $output ($(wc -l <"$output") lines)"
+exit $?
+}

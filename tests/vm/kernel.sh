@@ -1,6 +1,11 @@
 #!/usr/bin/env bash
 # Usage: tests/vm/kernel.sh [--no-modules] NAME
 #   NAME: debian-7.3 | debian-6.1 | patched
+#   patched: Debian's linux-source-7.3 + patches/*.patch (or $BELOW_VM_PATCHES/*.patch;
+#            0000-cover-letter.patch is skipped), applied in name order with patch -p1;
+#            tinyconfig + kvm_guest.config + tests/vm/config/guest.config.
+#            The source and object dirs stay in $CACHE/build for incremental
+#            rebuilds, except when CI=true or BELOW_VM_KEEP_BUILD=0.
 # Prints (last line of stdout) the absolute path of a bzImage for NAME,
 # fetching or building it into the cache (${BELOW_VM_CACHE:-$HOME/.cache/below-vm}).
 # Next to the bzImage: `config`, and for Debian kernels `modules/` holding the
@@ -32,10 +37,6 @@ SRC73_TARBALL=usr/src/linux-source-7.3.tar.xz
 WANT_MODULES="virtio_pci virtio_blk"
 # --------------------------------------------------------------------------
 
-with_modules=1
-if [ "${1:-}" = "--no-modules" ]; then with_modules=0; shift; fi
-[ $# -eq 1 ] || die "usage: $0 [--no-modules] debian-7.3|debian-6.1|patched"
-NAME=$1
 
 # copy_modules ROOT KVER OUTDIR: decompress WANT_MODULES and their
 # dependencies (read from each module's .modinfo) from ROOT/{usr/,}lib/modules/KVER.
@@ -102,19 +103,161 @@ debian_kernel() {
   printf '%s\n' "$dest/bzImage"
 }
 
-case "$NAME" in
-  debian-7.3)
-    debian_kernel debian-7.3 "$DEB73_VERSION" "$DEB73_ABI" "$CACHE/kernels/debian-7.3/$DEB73_VERSION" \
-      "$DEB73_SUITE" "linux-binary-$DEB73_ABI" "$DEB73_BINARY_SHA256" image \
-      "$DEB73_SUITE" "linux-base-$DEB73_ABI" "$DEB73_BASE_SHA256" image \
-      "$DEB73_SUITE" "linux-modules-$DEB73_ABI" "$DEB73_MODULES_SHA256" modules
-    ;;
-  debian-6.1)
-    debian_kernel debian-6.1 "$DEB61_VERSION" "$DEB61_ABI" "$CACHE/kernels/debian-6.1/$DEB61_VERSION" \
-      "$DEB61_SUITE" "linux-image-$DEB61_ABI" "$DEB61_IMAGE_SHA256" image
-    ;;
-  patched)
-    exec "$VM_DIR/build-kernel.sh"
-    ;;
-  *) die "unknown kernel name '$NAME' (debian-7.3, debian-6.1, patched)" ;;
-esac
+# ---- our own 7.3 ------------------------------------------------------------
+# Bump when the build recipe below changes in a way that changes the kernel.
+PATCHED_RECIPE=1
+
+# Print sha256 over everything that determines the patched kernel.
+patched_key() {
+  {
+    echo "recipe $PATCHED_RECIPE source $SRC73_PACKAGE $SRC73_VERSION $SRC73_SHA256"
+    echo "fragment"; cat "$VM_DIR/config/guest.config"
+    local p
+    for p in "${PATCHES[@]+"${PATCHES[@]}"}"; do echo "patch $(basename "$p")"; cat "$p"; done
+  } | sha256sum | cut -c1-16
+}
+
+# Run make quietly into a log, printing a progress line every 30 s.
+make_logged() {
+  local logf=$1; shift
+  local start=$SECONDS
+  make "$@" >"$logf" 2>&1 &
+  local pid=$! rc=0 next=$((SECONDS + 30))
+  while kill -0 $pid 2>/dev/null; do
+    sleep 1
+    if [ $SECONDS -ge $next ]; then
+      next=$((next + 30))
+      log "  ... $((SECONDS - start))s, $(grep -c '^  CC ' "$logf" || true) files compiled, last: $(tail -n1 "$logf" | sed 's/^ *//' | cut -c1-60)"
+    fi
+  done
+  wait $pid || rc=$?
+  if [ $rc != 0 ]; then
+    log "make $* failed ($rc); last 40 lines of $logf:"
+    tail -n 40 "$logf" | sed 's/^/[vm]   | /' >&2
+    return $rc
+  fi
+}
+
+build_patched() {
+  PATCHES=()
+  local pdir=${BELOW_VM_PATCHES:-$REPO_ROOT/patches}
+  if [ -d "$pdir" ]; then
+    while IFS= read -r p; do PATCHES+=("$p"); done < <(find "$pdir" -maxdepth 1 -name '*.patch' ! -name '0000-cover-letter.patch' -type f | LC_ALL=C sort)
+  fi
+  local key dest
+  key=$(patched_key)
+  dest="$CACHE/kernels/patched/$SRC73_VERSION-$key"
+  if [ -f "$dest/bzImage" ]; then
+    log "patched kernel cached ($key, ${#PATCHES[@]} patches)"
+    printf '%s\n' "$dest/bzImage"; return 0
+  fi
+  local t0=$SECONDS
+  log "building linux 7.3 ($SRC73_VERSION) with ${#PATCHES[@]} patches from patches/ (key $key) ..."
+  "$VM_DIR/deps.sh" --build --quiet
+
+  local bdir="$CACHE/build" src="$CACHE/build/src" obj="$CACHE/build/obj"
+  mkdir -p "$bdir"
+  # 1. pristine source tree (one, reused; the .deb stays in the cache)
+  if [ "$(cat "$src/.below-source" 2>/dev/null)" != "$SRC73_VERSION" ]; then
+    local deb; deb=$(fetch_deb "$DEB73_SUITE" "$SRC73_PACKAGE" "$SRC73_VERSION" "$SRC73_SHA256")
+    log "extracting $SRC73_TARBALL ..."
+    rm -rf "$src" "$src.tmp" "$obj"; mkdir -p "$src.tmp"
+    dpkg-deb --fsys-tarfile "$deb" | tar -xO "./$SRC73_TARBALL" | xz -T0 -dc | tar -x -C "$src.tmp" --strip-components=1
+    mkdir -p "$src.tmp/.below-patches"
+    echo "$SRC73_VERSION" >"$src.tmp/.below-source"
+    mv "$src.tmp" "$src"
+    log "  source ready ($((SECONDS - t0))s)"
+  fi
+  # 2. patches: undo the previously applied set if it differs, apply ours
+  local want have
+  want=$(for p in "${PATCHES[@]+"${PATCHES[@]}"}"; do basename "$p"; sha256_of "$p"; done | sha256sum)
+  have=$(cd "$src/.below-patches" && for p in $(ls | LC_ALL=C sort); do echo "$p"; sha256_of "$p"; done | sha256sum)
+  if [ "$want" != "$have" ]; then
+    local p
+    # .below-patches always lists exactly what is applied: each patch is
+    # tried with --dry-run first, so a bad patch leaves the tree untouched.
+    for p in $(cd "$src/.below-patches" && ls | LC_ALL=C sort -r); do
+      log "reverting previously applied $p"
+      if ! patch -d "$src" -p1 -R --batch --dry-run --quiet <"$src/.below-patches/$p" >/dev/null ||
+         ! patch -d "$src" -p1 -R --batch --quiet <"$src/.below-patches/$p" >&2; then
+        rm -f "$src/.below-source"; die "cannot revert $p from $src (modified by hand?): run again to re-extract the source"
+      fi
+      rm "$src/.below-patches/$p"
+    done
+    for p in "${PATCHES[@]+"${PATCHES[@]}"}"; do
+      log "applying $(basename "$p")"
+      if ! patch -d "$src" -p1 --forward --batch --dry-run <"$p" >"$bdir/patch.log" 2>&1; then
+        sed 's/^/[vm]   | /' "$bdir/patch.log" >&2
+        die "patch $(basename "$p") does not apply to linux $SRC73_VERSION (tree left with the patches before it)"
+      fi
+      patch -d "$src" -p1 --forward --batch --quiet <"$p" >&2 || { rm -f "$src/.below-source"; die "patch $(basename "$p") failed after a clean dry run"; }
+      cp "$p" "$src/.below-patches/"
+    done
+  fi
+  # 3. configure: tinyconfig + kvm_guest.config + our fragment
+  mkdir -p "$obj"
+  log "configuring (tinyconfig + kvm_guest.config + tests/vm/config/guest.config)"
+  make_logged "$bdir/config.log" -C "$src" O="$obj" tinyconfig
+  (cd "$src" && scripts/kconfig/merge_config.sh -m -O "$obj" "$obj/.config" \
+      kernel/configs/kvm_guest.config "$VM_DIR/config/guest.config") >"$bdir/merge.log" 2>&1 ||
+    { tail -n 30 "$bdir/merge.log" >&2; die "merge_config.sh failed"; }
+  make_logged "$bdir/config.log" -C "$src" O="$obj" olddefconfig
+  local missing=() line sym
+  while IFS= read -r line; do
+    case "$line" in
+      CONFIG_*=y) grep -qx "$line" "$obj/.config" || missing+=("${line%=y}") ;;
+      "# CONFIG_"*" is not set") sym=${line#\# }; sym=${sym%% *}; ! grep -q "^$sym=" "$obj/.config" || missing+=("!$sym") ;;
+    esac
+  done <"$VM_DIR/config/guest.config"
+  if [ ${#missing[@]} -gt 0 ]; then
+    die "config fragment options that did not stick (missing dependency?): ${missing[*]}"
+  fi
+  # 4. build
+  log "make -j$(nproc) bzImage (log: $bdir/build.log) ..."
+  local tb=$SECONDS
+  make_logged "$bdir/build.log" -C "$src" O="$obj" -j"$(nproc)" bzImage
+  log "  built in $((SECONDS - tb))s"
+  mkdir -p "$dest.tmp"
+  cp "$obj/arch/x86/boot/bzImage" "$dest.tmp/bzImage"
+  cp "$obj/.config" "$dest.tmp/config"
+  { echo "source $SRC73_PACKAGE $SRC73_VERSION"; echo "key $key";
+    for p in "${PATCHES[@]+"${PATCHES[@]}"}"; do echo "patch $(basename "$p") $(sha256_of "$p")"; done; } >"$dest.tmp/info"
+  rm -rf "$dest"; mv "$dest.tmp" "$dest"
+  # keep the newest 4 patched kernels
+  ls -1dt "$CACHE/kernels/patched"/*/ 2>/dev/null | tail -n +5 | while IFS= read -r old; do rm -rf "$old"; done
+  # The ~2 GB source+build dirs serve incremental rebuilds; drop them in CI.
+  if [ "${CI:-}" = true ] || [ "${BELOW_VM_KEEP_BUILD:-1}" = 0 ]; then
+    log "removing build dirs (CI=${CI:-} BELOW_VM_KEEP_BUILD=${BELOW_VM_KEEP_BUILD:-1})"
+    rm -rf "$src" "$obj"
+  fi
+  log "patched kernel ready in $((SECONDS - t0))s: $dest/bzImage"
+  printf '%s\n' "$dest/bzImage"
+}
+
+main() {
+  with_modules=1
+  if [ "${1:-}" = "--no-modules" ]; then with_modules=0; shift; fi
+  [ $# -eq 1 ] || die "usage: $0 [--no-modules] debian-7.3|debian-6.1|patched"
+  local NAME=$1
+  # one fetch/build per kernel name at a time (parallel test runs)
+  exec 9>"$CACHE/.lock-kernel-$NAME"
+  flock 9
+  case "$NAME" in
+    debian-7.3)
+      debian_kernel debian-7.3 "$DEB73_VERSION" "$DEB73_ABI" "$CACHE/kernels/debian-7.3/$DEB73_VERSION" \
+        "$DEB73_SUITE" "linux-binary-$DEB73_ABI" "$DEB73_BINARY_SHA256" image \
+        "$DEB73_SUITE" "linux-base-$DEB73_ABI" "$DEB73_BASE_SHA256" image \
+        "$DEB73_SUITE" "linux-modules-$DEB73_ABI" "$DEB73_MODULES_SHA256" modules
+      ;;
+    debian-6.1)
+      debian_kernel debian-6.1 "$DEB61_VERSION" "$DEB61_ABI" "$CACHE/kernels/debian-6.1/$DEB61_VERSION" \
+        "$DEB61_SUITE" "linux-image-$DEB61_ABI" "$DEB61_IMAGE_SHA256" image
+      ;;
+    patched)
+      build_patched
+      ;;
+    *) die "unknown kernel name '$NAME' (debian-7.3, debian-6.1, patched)" ;;
+  esac
+}
+
+main "$@"; exit $?

@@ -4,10 +4,11 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use anyhow::bail;
 use anyhow::Result;
 use regex::Regex;
 
-use crate::plan::Capability;
+use crate::bpf::BpfBackend;
 use crate::read::apply;
 use crate::read::PressureParts;
 use crate::read::ReadCounters;
@@ -42,10 +43,8 @@ pub struct CgroupCollector {
     walker: Walker,
     want: FileSet,
     streams: Option<Streams>,
-}
-
-fn probe_bpf() -> Capability {
-    Err("this build has no BPF backend".to_owned())
+    /// Present when the plan gives it at least one file.
+    bpf: Option<BpfBackend>,
 }
 
 impl CgroupCollector {
@@ -63,7 +62,34 @@ impl CgroupCollector {
             .as_ref()
             .map(|_| crate::stream::support())
             .map_err(Clone::clone);
-        let plan = Plan::choose(opts.backend, &probe_bpf(), &stream_cap)?;
+        let probe = match opts.backend {
+            BackendChoice::Read | BackendChoice::Stream => None,
+            _ => Some(crate::bpf::probe(walker.root_fd(), opts.filter.clone())),
+        };
+        let bpf_cap = match &probe {
+            Some(p) => p.capability.clone(),
+            None => Err("not asked for".to_owned()),
+        };
+        if opts.backend == BackendChoice::Bpf {
+            // Forcing bpf on a kernel that lacks what a capable one has
+            // fails, rather than quietly reading text.
+            let gaps: Vec<String> = probe
+                .iter()
+                .flat_map(|p| &p.gaps)
+                .filter(|(f, _)| want.contains(*f))
+                .map(|(f, why)| format!("{}: {}", f, why))
+                .collect();
+            if !gaps.is_empty() {
+                bail!("--cgroup-backend bpf is unavailable: {}", gaps.join("; "));
+            }
+        }
+        let plan = Plan::choose(opts.backend, &bpf_cap, &stream_cap)?;
+        let bpf = probe.and_then(|p| p.backend).filter(|_| {
+            !plan
+                .files_of(BackendKind::Bpf)
+                .intersection(want)
+                .is_empty()
+        });
         let uses_streams = !plan
             .files_of(BackendKind::Stream)
             .intersection(want)
@@ -74,6 +100,7 @@ impl CgroupCollector {
             want,
             // Dropping unused streams turns off an interval we just set.
             streams: streams.ok().filter(|_| uses_streams),
+            bpf,
         })
     }
 
@@ -84,6 +111,12 @@ impl CgroupCollector {
     /// Files this collector reads each sample.
     pub fn wanted(&self) -> FileSet {
         self.want
+    }
+
+    /// Narrows the files read each sample (e.g. to leave out the text-only
+    /// memory.numa_stat).
+    pub fn set_wanted(&mut self, want: FileSet) {
+        self.want = want;
     }
 
     pub fn collect(&mut self) -> Snapshot {
@@ -109,13 +142,34 @@ impl CgroupCollector {
                 }
             }
         }
-        let mut snap = self.walker.walk(read);
+        let mut snap = match &mut self.bpf {
+            Some(bpf) => {
+                let files = self.plan.files_of(BackendKind::Bpf).intersection(self.want);
+                match bpf.collect(&mut self.walker, files, read) {
+                    Ok(snap) => snap,
+                    Err(e) => {
+                        notes.push(format!(
+                            "bpf backend: {:#}; plain read of {:?} this sample",
+                            e, files
+                        ));
+                        self.walker.walk(read.union(files))
+                    }
+                }
+            }
+            None => self.walker.walk(read),
+        };
         if let Some(st) = streams {
             read_streams(st, &mut self.walker, stream_files, &mut snap, &mut notes);
             st.end_sample();
         }
-        snap.notes = notes;
+        snap.notes.extend(notes);
         snap
+    }
+
+    /// Runs only the BPF iterator pass (no tree build), for measuring the
+    /// two apart; `None` when no file is planned for BPF.
+    pub fn bpf_pass(&mut self) -> Option<Result<u32>> {
+        self.bpf.as_mut().map(|b| b.pass())
     }
 
     pub fn read_counters(&self) -> ReadCounters {

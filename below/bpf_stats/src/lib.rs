@@ -2,6 +2,7 @@
 //! allows it: a BPF cgroup iterator, kernel-flushed stream files, or plain
 //! reads of the cgroupfs text files, chosen per file.
 
+mod bpf;
 mod collector;
 mod files;
 mod mount;

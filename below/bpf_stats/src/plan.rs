@@ -122,10 +122,15 @@ impl Plan {
                 for (kind, cap) in tiers {
                     match cap {
                         Ok(s) if s.files.contains(file) => {
+                            // A served file's reason is a note, if any.
+                            let note = s.reasons.iter().find(|(g, _)| *g == file);
                             return FileChoice {
                                 file,
                                 backend: *kind,
-                                reason: "supported by this kernel".to_owned(),
+                                reason: note.map_or_else(
+                                    || "supported by this kernel".to_owned(),
+                                    |(_, n)| format!("supported by this kernel ({})", n),
+                                ),
                             };
                         }
                         Ok(s) => why_not.push(format!("{}: {}", kind, s.why_not(file))),

@@ -1,0 +1,390 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * One pass over the cgroup tree per sample: a sleepable cgroup iterator
+ * (walk order DESCENDANTS_PRE, set by the loader) that flushes once at the
+ * walk root and then writes one fixed-size record per cgroup into an
+ * mmapped array map. Nothing is printed: user space reads the records in
+ * place and reads `nr_cgroups`/`features` from the mmapped .bss.
+ */
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_core_read.h>
+#include "cgroup_stats.h"
+
+char LICENSE[] SEC("license") = "GPL";
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__type(key, __u32);
+	__type(value, struct record);
+	/* The loader sets the real capacity before loading. */
+	__uint(max_entries, 1);
+} records SEC(".maps");
+
+/* Cgroups visited by the last pass, counted past the map's capacity so
+ * user space knows how far to grow it. */
+__u32 nr_cgroups;
+/* FEAT_* bits: what this kernel let the last pass do. */
+__u32 features;
+/* Bytes of a cpumask the kernel allocated (nr_cpu_ids bits, in longs);
+ * set by the loader: reading past them reads other objects. */
+const volatile __u32 cpumask_bytes = 8;
+/* KF_* bits; constant at load, so the verifier drops calls to kfuncs this
+ * kernel lacks (libbpf poisons them). */
+const volatile __u32 kfuncs;
+
+/* 7.x rstat flush; 6.x had cgroup_rstat_flush(struct cgroup *). */
+extern void css_rstat_flush(struct cgroup_subsys_state *css) __ksym __weak;
+extern void cgroup_rstat_flush(struct cgroup *cgrp) __ksym __weak;
+extern struct mem_cgroup *bpf_get_mem_cgroup(struct cgroup_subsys_state *css) __ksym __weak;
+extern void bpf_put_mem_cgroup(struct mem_cgroup *memcg) __ksym __weak;
+extern unsigned long bpf_mem_cgroup_page_state(struct mem_cgroup *memcg, int idx) __ksym __weak;
+extern unsigned long bpf_mem_cgroup_vm_events(struct mem_cgroup *memcg,
+					      enum vm_event_item event) __ksym __weak;
+extern void bpf_mem_cgroup_flush_stats(struct mem_cgroup *memcg) __ksym __weak;
+
+/* Controllers this vmlinux.h may not know (config-dependent). */
+enum cgroup_subsys_id___opt {
+	dmem_cgrp_id___opt = 0,
+};
+
+static __always_inline bool have_memcg_kfuncs(void)
+{
+	return kfuncs & KF_MEMCG;
+}
+
+#define SUBSYS_ID(name) bpf_core_enum_value(enum cgroup_subsys_id, name##_cgrp_id)
+
+static __always_inline void *own_css(struct cgroup *cgrp, int id)
+{
+	return BPF_CORE_READ(cgrp, subsys[id]);
+}
+
+#define CTRL(kmask, name, bit)                                                        \
+	do {                                                                          \
+		if (bpf_core_enum_value_exists(enum cgroup_subsys_id, name##_cgrp_id) && \
+		    ((kmask) & (1U << SUBSYS_ID(name))))                              \
+			m |= 1U << (bit);                                             \
+	} while (0)
+
+/* Kernel subsys mask -> our CTRL_* bits (subsys ids differ by config). */
+static __always_inline __u32 ctrl_mask(__u32 kmask)
+{
+	__u32 m = 0;
+
+	CTRL(kmask, cpuset, CTRL_CPUSET);
+	CTRL(kmask, cpu, CTRL_CPU);
+	CTRL(kmask, io, CTRL_IO);
+	CTRL(kmask, memory, CTRL_MEMORY);
+	CTRL(kmask, hugetlb, CTRL_HUGETLB);
+	CTRL(kmask, pids, CTRL_PIDS);
+	CTRL(kmask, rdma, CTRL_RDMA);
+	CTRL(kmask, misc, CTRL_MISC);
+	if (bpf_core_enum_value_exists(enum cgroup_subsys_id___opt, dmem_cgrp_id___opt) &&
+	    (kmask & (1U << bpf_core_enum_value(enum cgroup_subsys_id___opt, dmem_cgrp_id___opt))))
+		m |= 1U << CTRL_DMEM;
+	return m;
+}
+
+static __always_inline void fill_tree(struct record *r, struct cgroup *cgrp)
+{
+	struct cgroup *parent = BPF_CORE_READ(cgrp, self.parent, cgroup);
+	__u32 control;
+
+	r->id = BPF_CORE_READ(cgrp, kn, id);
+	r->parent_id = parent ? BPF_CORE_READ(parent, kn, id) : 0;
+	r->level = BPF_CORE_READ(cgrp, level);
+	bpf_probe_read_kernel_str(r->name, sizeof(r->name), BPF_CORE_READ(cgrp, kn, name));
+	r->nr_descendants = BPF_CORE_READ(cgrp, nr_descendants);
+	r->nr_dying_descendants = BPF_CORE_READ(cgrp, nr_dying_descendants);
+	r->subtree_control = ctrl_mask(BPF_CORE_READ(cgrp, subtree_control));
+	/* cgroup.controllers: what the parent enabled; the root shows its
+	 * hierarchy's controllers. Threaded cgroups get threaded ones only. */
+	if (parent) {
+		control = ctrl_mask(BPF_CORE_READ(parent, subtree_control));
+		if (BPF_CORE_READ(cgrp, dom_cgrp) != cgrp)
+			control &= (1U << CTRL_CPUSET) | (1U << CTRL_CPU) | (1U << CTRL_PIDS);
+	} else {
+		control = ctrl_mask(BPF_CORE_READ(cgrp, root, subsys_mask));
+	}
+	r->controllers = control;
+}
+
+static __always_inline void fill_cpu(struct record *r, struct cgroup *cgrp)
+{
+	struct task_group *tg;
+
+	r->usage_ns = BPF_CORE_READ(cgrp, bstat.cputime.sum_exec_runtime);
+	r->utime_ns = BPF_CORE_READ(cgrp, bstat.cputime.utime);
+	r->stime_ns = BPF_CORE_READ(cgrp, bstat.cputime.stime);
+	r->prev_utime_ns = BPF_CORE_READ(cgrp, prev_cputime.utime);
+	r->prev_stime_ns = BPF_CORE_READ(cgrp, prev_cputime.stime);
+	r->flags |= HAS_BSTAT;
+
+	tg = own_css(cgrp, SUBSYS_ID(cpu));
+	if (!tg)
+		return;
+	r->flags |= HAS_CPU;
+	r->weight = BPF_CORE_READ(tg, shares);
+	r->nr_periods = r->nr_throttled = r->throttled_ns = ABSENT;
+	r->quota_ns = r->period_ns = ABSENT;
+	if (bpf_core_field_exists(tg->cfs_bandwidth)) {
+		r->nr_periods = BPF_CORE_READ(tg, cfs_bandwidth.nr_periods);
+		r->nr_throttled = BPF_CORE_READ(tg, cfs_bandwidth.nr_throttled);
+		r->throttled_ns = BPF_CORE_READ(tg, cfs_bandwidth.throttled_time);
+		r->quota_ns = BPF_CORE_READ(tg, cfs_bandwidth.quota);
+		r->period_ns = BPF_CORE_READ(tg, cfs_bandwidth.period);
+	}
+}
+
+/* psi_group.total is [aggregator][state], avg is [state][3]; flatten with
+ * the running kernel's NR_PSI_STATES. */
+#define PSI_ROW(r, psi, row, state)                                                   \
+	do {                                                                          \
+		int s = bpf_core_enum_value(enum psi_states, state);                  \
+		bpf_core_read(&(r)->psi_total_ns[row], 8, (void *)&(psi)->total + 8 * s); \
+		bpf_core_read(&(r)->psi_avg[row], 24, (void *)&(psi)->avg + 24 * s);  \
+	} while (0)
+
+static __always_inline void fill_psi(struct record *r, struct cgroup *cgrp)
+{
+	struct psi_group *psi;
+
+	if (!bpf_core_field_exists(cgrp->psi))
+		return;
+	psi = BPF_CORE_READ(cgrp, psi);
+	if (!psi || !BPF_CORE_READ(psi, enabled))
+		return;
+	r->flags |= HAS_PSI;
+	PSI_ROW(r, psi, 0, PSI_IO_SOME);
+	PSI_ROW(r, psi, 1, PSI_IO_FULL);
+	PSI_ROW(r, psi, 2, PSI_MEM_SOME);
+	PSI_ROW(r, psi, 3, PSI_MEM_FULL);
+	PSI_ROW(r, psi, 4, PSI_CPU_SOME);
+	PSI_ROW(r, psi, 5, PSI_CPU_FULL);
+}
+
+static __always_inline void fill_pids(struct record *r, struct cgroup *cgrp)
+{
+	struct pids_cgroup *pids = own_css(cgrp, SUBSYS_ID(pids));
+
+	if (!pids)
+		return;
+	r->flags |= HAS_PIDS;
+	r->pids_current = BPF_CORE_READ(pids, counter.counter);
+	r->pids_limit = BPF_CORE_READ(pids, limit.counter);
+}
+
+/* cpumask_var_t is a pointer with CPUMASK_OFFSTACK, else embedded: one
+ * flavor each, picked by which one the running kernel's BTF matches. */
+struct cpuset___ptr {
+	struct cpumask *cpus_allowed;
+	struct cpumask *effective_cpus;
+};
+
+struct cpuset___embedded {
+	struct cpumask cpus_allowed[1];
+	struct cpumask effective_cpus[1];
+};
+
+#define READ_CPUMASK(dst, cs, field)                                                  \
+	do {                                                                          \
+		__u32 size = cpumask_bytes;                                           \
+		const void *mask = 0;                                                 \
+		if (size > bpf_core_type_size(struct cpumask))                        \
+			size = bpf_core_type_size(struct cpumask);                    \
+		if (size > CPU_WORDS * 8)                                             \
+			size = CPU_WORDS * 8;                                         \
+		if (bpf_core_field_exists(((struct cpuset___ptr *)(cs))->field))      \
+			mask = BPF_CORE_READ((struct cpuset___ptr *)(cs), field);     \
+		else if (bpf_core_field_exists(((struct cpuset___embedded *)(cs))->field)) \
+			mask = __builtin_preserve_access_index(                       \
+				&((struct cpuset___embedded *)(cs))->field);          \
+		if (mask && size > 0)                                                 \
+			bpf_probe_read_kernel(dst, size, mask);                       \
+	} while (0)
+
+static __always_inline void fill_cpuset(struct record *r, struct cgroup *cgrp)
+{
+	struct cpuset *cs = own_css(cgrp, SUBSYS_ID(cpuset));
+
+	if (!cs)
+		return;
+	r->flags |= HAS_CPUSET;
+	for (int i = 0; i < CPU_WORDS; i++)
+		r->cpus[i] = r->cpus_effective[i] = 0;
+	READ_CPUMASK(r->cpus, cs, cpus_allowed);
+	READ_CPUMASK(r->cpus_effective, cs, effective_cpus);
+	r->mems = BPF_CORE_READ(cs, mems_allowed.bits[0]);
+	r->mems_effective = BPF_CORE_READ(cs, effective_mems.bits[0]);
+}
+
+#define EVENTS(dst, memcg, arr)                                                       \
+	do {                                                                          \
+		dst[0] = BPF_CORE_READ(memcg, arr[bpf_core_enum_value(enum memcg_memory_event, MEMCG_LOW)].counter); \
+		dst[1] = BPF_CORE_READ(memcg, arr[bpf_core_enum_value(enum memcg_memory_event, MEMCG_HIGH)].counter); \
+		dst[2] = BPF_CORE_READ(memcg, arr[bpf_core_enum_value(enum memcg_memory_event, MEMCG_MAX)].counter); \
+		dst[3] = BPF_CORE_READ(memcg, arr[bpf_core_enum_value(enum memcg_memory_event, MEMCG_OOM)].counter); \
+		dst[4] = BPF_CORE_READ(memcg, arr[bpf_core_enum_value(enum memcg_memory_event, MEMCG_OOM_KILL)].counter); \
+	} while (0)
+
+/* Page counters and event arrays need no flush: read them by CO-RE. */
+static __always_inline void fill_memcg(struct record *r, struct cgroup *cgrp)
+{
+	struct mem_cgroup *memcg = own_css(cgrp, SUBSYS_ID(memory));
+
+	if (!memcg)
+		return;
+	r->flags |= HAS_MEMCG;
+	r->mem_usage = BPF_CORE_READ(memcg, memory.usage.counter);
+	r->swap_usage = BPF_CORE_READ(memcg, swap.usage.counter);
+	r->mem_min = BPF_CORE_READ(memcg, memory.min);
+	r->mem_low = BPF_CORE_READ(memcg, memory.low);
+	r->mem_high = BPF_CORE_READ(memcg, memory.high);
+	r->mem_max = BPF_CORE_READ(memcg, memory.max);
+	r->swap_max = BPF_CORE_READ(memcg, swap.max);
+	r->zswap_max = ABSENT;
+	if (bpf_core_field_exists(memcg->zswap_max))
+		r->zswap_max = BPF_CORE_READ(memcg, zswap_max);
+	EVENTS(r->events, memcg, memory_events);
+	EVENTS(r->events_local, memcg, memory_events_local);
+}
+
+#define NODE_STAT(name)                                                                \
+	(bpf_core_enum_value_exists(enum node_stat_item, name)                         \
+		 ? bpf_mem_cgroup_page_state(m, bpf_core_enum_value(enum node_stat_item, name)) \
+		 : ABSENT)
+#define MEMCG_STAT(name)                                                               \
+	(bpf_core_enum_value_exists(enum memcg_stat_item, name)                        \
+		 ? bpf_mem_cgroup_page_state(m, bpf_core_enum_value(enum memcg_stat_item, name)) \
+		 : ABSENT)
+#define VM_EVENT(name)                                                                 \
+	(bpf_core_enum_value_exists(enum vm_event_item, name)                          \
+		 ? bpf_mem_cgroup_vm_events(m, bpf_core_enum_value(enum vm_event_item, name)) \
+		 : ABSENT)
+
+/* A sum as the kernel prints it: parts it lacks count as zero. */
+static __always_inline __u64 part(__u64 v)
+{
+	return v == ABSENT ? 0 : v;
+}
+
+/* memory.stat through the memcg kfuncs: the same memcg_page_state_output()
+ * the text uses, so the units match. */
+static __always_inline void fill_memstat(struct record *r, struct mem_cgroup *m)
+{
+	__u64 *s = r->memstat;
+
+	r->flags |= HAS_MEMSTAT;
+	s[MS_ANON] = NODE_STAT(NR_ANON_MAPPED);
+	s[MS_FILE] = NODE_STAT(NR_FILE_PAGES);
+	s[MS_KERNEL] = MEMCG_STAT(MEMCG_KMEM);
+	s[MS_KERNEL_STACK] = NODE_STAT(NR_KERNEL_STACK_KB);
+	s[MS_SOCK] = MEMCG_STAT(MEMCG_SOCK);
+	s[MS_SHMEM] = NODE_STAT(NR_SHMEM);
+	s[MS_ZSWAP] = MEMCG_STAT(MEMCG_ZSWAP_B);
+	s[MS_ZSWAPPED] = MEMCG_STAT(MEMCG_ZSWAPPED);
+	s[MS_FILE_MAPPED] = NODE_STAT(NR_FILE_MAPPED);
+	s[MS_FILE_DIRTY] = NODE_STAT(NR_FILE_DIRTY);
+	s[MS_FILE_WRITEBACK] = NODE_STAT(NR_WRITEBACK);
+	s[MS_ANON_THP] = NODE_STAT(NR_ANON_THPS);
+	s[MS_INACTIVE_ANON] = NODE_STAT(NR_INACTIVE_ANON);
+	s[MS_ACTIVE_ANON] = NODE_STAT(NR_ACTIVE_ANON);
+	s[MS_INACTIVE_FILE] = NODE_STAT(NR_INACTIVE_FILE);
+	s[MS_ACTIVE_FILE] = NODE_STAT(NR_ACTIVE_FILE);
+	s[MS_UNEVICTABLE] = NODE_STAT(NR_UNEVICTABLE);
+	s[MS_SLAB_RECLAIMABLE] = NODE_STAT(NR_SLAB_RECLAIMABLE_B);
+	s[MS_SLAB_UNRECLAIMABLE] = NODE_STAT(NR_SLAB_UNRECLAIMABLE_B);
+	s[MS_SLAB] = part(s[MS_SLAB_RECLAIMABLE]) + part(s[MS_SLAB_UNRECLAIMABLE]);
+	s[MS_PGFAULT] = VM_EVENT(PGFAULT);
+	s[MS_PGMAJFAULT] = VM_EVENT(PGMAJFAULT);
+	s[MS_WORKINGSET_REFAULT_ANON] = NODE_STAT(WORKINGSET_REFAULT_ANON);
+	s[MS_WORKINGSET_REFAULT_FILE] = NODE_STAT(WORKINGSET_REFAULT_FILE);
+	s[MS_WORKINGSET_ACTIVATE_ANON] = NODE_STAT(WORKINGSET_ACTIVATE_ANON);
+	s[MS_WORKINGSET_ACTIVATE_FILE] = NODE_STAT(WORKINGSET_ACTIVATE_FILE);
+	s[MS_WORKINGSET_RESTORE_ANON] = NODE_STAT(WORKINGSET_RESTORE_ANON);
+	s[MS_WORKINGSET_RESTORE_FILE] = NODE_STAT(WORKINGSET_RESTORE_FILE);
+	s[MS_WORKINGSET_NODERECLAIM] = NODE_STAT(WORKINGSET_NODERECLAIM);
+	/* 7.x moved these from vm events to memcg page state. */
+	s[MS_PGREFILL] = NODE_STAT(PGREFILL);
+	s[MS_PGSCAN] = part(NODE_STAT(PGSCAN_KSWAPD)) + part(NODE_STAT(PGSCAN_DIRECT)) +
+		       part(NODE_STAT(PGSCAN_PROACTIVE)) + part(NODE_STAT(PGSCAN_KHUGEPAGED));
+	s[MS_PGSTEAL] = part(NODE_STAT(PGSTEAL_KSWAPD)) + part(NODE_STAT(PGSTEAL_DIRECT)) +
+			part(NODE_STAT(PGSTEAL_PROACTIVE)) + part(NODE_STAT(PGSTEAL_KHUGEPAGED));
+	s[MS_PGACTIVATE] = VM_EVENT(PGACTIVATE);
+	s[MS_PGDEACTIVATE] = VM_EVENT(PGDEACTIVATE);
+	s[MS_PGLAZYFREE] = VM_EVENT(PGLAZYFREE);
+	s[MS_PGLAZYFREED] = VM_EVENT(PGLAZYFREED);
+	s[MS_THP_FAULT_ALLOC] = VM_EVENT(THP_FAULT_ALLOC);
+	s[MS_THP_COLLAPSE_ALLOC] = VM_EVENT(THP_COLLAPSE_ALLOC);
+}
+
+/* Once per pass, at the walk root: later cgroups read flushed state. The
+ * iterator holds cgroup_mutex for the whole walk, so flush nowhere else. */
+static __always_inline void flush_at_walk_root(struct cgroup *cgrp)
+{
+	__u32 feat = 0;
+
+	if (kfuncs & KF_CSS_RSTAT_FLUSH) {
+		css_rstat_flush(&cgrp->self);
+		feat |= FEAT_CPU_FLUSH;
+	} else if (kfuncs & KF_CGROUP_RSTAT_FLUSH) {
+		cgroup_rstat_flush(cgrp);
+		feat |= FEAT_CPU_FLUSH;
+	}
+	if (have_memcg_kfuncs()) {
+		struct mem_cgroup *m = bpf_get_mem_cgroup(&cgrp->self);
+
+		feat |= FEAT_MEMCG_KFUNCS;
+		if (m) {
+			bpf_mem_cgroup_flush_stats(m);
+			bpf_put_mem_cgroup(m);
+		}
+	}
+	if (bpf_core_field_exists(cgrp->psi))
+		feat |= FEAT_PSI;
+	if (bpf_core_field_exists(struct task_group, cfs_bandwidth))
+		feat |= FEAT_CFS_BANDWIDTH;
+	if (bpf_core_field_exists(struct mem_cgroup, zswap_max))
+		feat |= FEAT_ZSWAP;
+	features = feat;
+}
+
+SEC("iter.s/cgroup")
+int cgroup_stats(struct bpf_iter__cgroup *ctx)
+{
+	struct cgroup *cgrp = ctx->cgroup;
+	struct record *r;
+	__u32 idx;
+
+	if (!cgrp)
+		return 0;
+	if (ctx->meta->seq_num == 0) {
+		nr_cgroups = 0;
+		flush_at_walk_root(cgrp);
+	}
+	idx = nr_cgroups++;
+	r = bpf_map_lookup_elem(&records, &idx);
+	if (!r)
+		return 0; /* over capacity: counted, user space grows the map */
+
+	/* Too big to clear whole: each HAS_* group is written in full when
+	 * its flag is set, and user space reads nothing else. */
+	r->flags = 0;
+	fill_tree(r, cgrp);
+	fill_cpu(r, cgrp);
+	fill_psi(r, cgrp);
+	fill_pids(r, cgrp);
+	fill_cpuset(r, cgrp);
+	fill_memcg(r, cgrp);
+	if (have_memcg_kfuncs() && (r->flags & HAS_MEMCG)) {
+		struct mem_cgroup *m = bpf_get_mem_cgroup(&cgrp->self);
+
+		if (m) {
+			fill_memstat(r, m);
+			bpf_put_mem_cgroup(m);
+		}
+	}
+	return 0;
+}
