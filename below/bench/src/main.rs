@@ -1,0 +1,223 @@
+//! cgroup-bench: below 0.9's cgroup collection against our backends, side
+//! by side in one run, on real cgroups. Prints markdown tables (each with
+//! the command reproducing it) and optionally writes them and JSON.
+
+mod alloc;
+mod bench;
+mod collectors;
+mod fixture;
+mod overhead;
+mod probe;
+mod report;
+mod stats;
+
+use std::path::PathBuf;
+use std::sync::atomic::AtomicBool;
+use std::sync::atomic::Ordering;
+
+use anyhow::bail;
+use anyhow::Context;
+use anyhow::Result;
+use clap::Parser;
+use nix::sys::signal::signal;
+use nix::sys::signal::SigHandler;
+use nix::sys::signal::Signal;
+
+use crate::collectors::Kind;
+
+#[global_allocator]
+static ALLOC: alloc::Counting = alloc::Counting;
+
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_interrupt(_: libc::c_int) {
+    INTERRUPTED.store(true, Ordering::SeqCst);
+}
+
+/// Fails once SIGINT/SIGTERM arrived, so the run unwinds and removes its
+/// cgroups instead of dying with them in place.
+pub fn check_interrupted() -> Result<()> {
+    if INTERRUPTED.load(Ordering::SeqCst) {
+        bail!("interrupted");
+    }
+    Ok(())
+}
+
+#[derive(Parser, Debug, Clone)]
+#[command(
+    name = "cgroup-bench",
+    about = "below 0.9's cgroup collection vs our backends"
+)]
+pub struct Args {
+    /// cgroup2 root to sample [default: the cgroup2 mount]
+    #[arg(long)]
+    root: Option<PathBuf>,
+    /// Sections to run: collect, parallel, overhead
+    #[arg(
+        long,
+        default_value = "collect,parallel,overhead",
+        value_delimiter = ','
+    )]
+    sections: Vec<String>,
+    /// Cgroups to create (3 levels deep), one table each
+    #[arg(long, default_value = "10,100,1000,5000", value_delimiter = ',')]
+    sizes: Vec<usize>,
+    /// Collectors to compare; unavailable ones are shown as n/a
+    #[arg(
+        long,
+        default_value = "baseline,read,stream,bpf",
+        value_delimiter = ','
+    )]
+    collectors: Vec<String>,
+    /// Samples per cell: at least this many …
+    #[arg(long, default_value_t = 5)]
+    min_samples: usize,
+    /// … and at most this many …
+    #[arg(long, default_value_t = 200)]
+    max_samples: usize,
+    /// … stopping after this many seconds once the minimum is reached
+    #[arg(long, default_value_t = 3.0)]
+    budget_s: f64,
+    /// Processes holding memory in leaf cgroups (one per leaf)
+    #[arg(long, default_value_t = 32)]
+    holders: usize,
+    /// MiB each holder touches
+    #[arg(long, default_value_t = 2)]
+    hold_mb: usize,
+    /// Parallel readers to run at once, one table row each
+    #[arg(long, default_value = "1,4,8", value_delimiter = ',')]
+    readers: Vec<usize>,
+    /// Cgroups for the parallel-reader and overhead sections
+    #[arg(long, default_value_t = 1000)]
+    cgroups: usize,
+    /// Seconds of workload per overhead measurement
+    #[arg(long, default_value_t = 10.0)]
+    overhead_secs: f64,
+    /// Alternating alone/with rounds per recorder
+    #[arg(long, default_value_t = 2)]
+    overhead_rounds: usize,
+    /// Our `below` binary (package bstats-below) for the overhead section
+    #[arg(long)]
+    below: Option<PathBuf>,
+    /// Stream backend: kernel flush interval in ms, set for the run if
+    /// streaming is off (a stream sample waits for the next flush)
+    #[arg(long, default_value_t = 100)]
+    stream_interval_ms: u64,
+    /// Write the report as JSON here
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Write the markdown tables here
+    #[arg(long)]
+    md: Option<PathBuf>,
+}
+
+impl Args {
+    fn has(&self, section: &str) -> bool {
+        self.sections.iter().any(|s| s == section)
+    }
+}
+
+fn main() -> Result<()> {
+    let argv: Vec<String> = std::env::args().collect();
+    // Helper modes run as child processes of the benchmark.
+    match argv.get(1).map(String::as_str) {
+        Some("__hold") if argv.len() == 4 => {
+            return fixture::hold(argv[2].as_ref(), argv[3].parse()?)
+        }
+        Some("__work") if argv.len() == 5 => {
+            return overhead::work(argv[2].parse()?, argv[3].parse()?, argv[4].parse()?)
+        }
+        Some("__record-baseline") if argv.len() == 4 => {
+            return overhead::record_baseline(argv[2].as_ref(), argv[3].as_ref())
+        }
+        _ => {}
+    }
+    let args = Args::parse();
+    for sig in [Signal::SIGINT, Signal::SIGTERM] {
+        // SAFETY: the handler only stores to an atomic.
+        unsafe { signal(sig, SigHandler::Handler(on_interrupt)) }
+            .context("Failed to install a signal handler")?;
+    }
+    let root = match &args.root {
+        Some(r) => r.clone(),
+        None => bpf_stats::find_cgroup2_mount()?,
+    };
+    bpf_stats::check_cgroup2_root(&root)?;
+    let kinds = args
+        .collectors
+        .iter()
+        .map(|s| Kind::parse(s))
+        .collect::<Result<Vec<_>>>()?;
+    for s in &args.sections {
+        if !["collect", "parallel", "overhead"].contains(&s.as_str()) {
+            bail!("unknown section {s:?} (collect, parallel, overhead)");
+        }
+    }
+    let target = collectors::Target {
+        root: root.clone(),
+        stream_interval: std::time::Duration::from_millis(args.stream_interval_ms),
+    };
+    let mut rep = report::Report::new(&root);
+    if args.has("collect") {
+        let budget = bench::Budget {
+            min: args.min_samples,
+            max: args.max_samples,
+            budget_s: args.budget_s,
+        };
+        for &n in &args.sizes {
+            let fx = fixture::Fixture::create(&root, n, args.holders, args.hold_mb)?;
+            let mut rows = Vec::new();
+            for &k in &kinds {
+                eprintln!("cgroup-bench: {n} cgroups: {}", k.label());
+                rows.push(bench::collect_cell(k, &target, budget)?);
+            }
+            rep.add_collect(&args, fx.created(), rows);
+            drop(fx);
+            rep.print_last();
+        }
+    }
+    if args.has("parallel") || args.has("overhead") {
+        let fx = fixture::Fixture::create(&root, args.cgroups, args.holders, args.hold_mb)?;
+        if args.has("parallel") {
+            let budget = bench::Budget {
+                min: args.min_samples,
+                max: args.max_samples,
+                budget_s: args.budget_s,
+            };
+            let mut rows = Vec::new();
+            for &k in &kinds {
+                for &r in &args.readers {
+                    eprintln!("cgroup-bench: {r} parallel readers: {}", k.label());
+                    rows.push(bench::parallel_cell(k, &target, r, budget)?);
+                }
+            }
+            rep.add_parallel(&args, fx.created(), rows);
+            rep.print_last();
+        }
+        if args.has("overhead") {
+            let cfg = overhead::Config {
+                secs: args.overhead_secs,
+                rounds: args.overhead_rounds,
+                threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
+                mb_per_thread: 32,
+            };
+            eprintln!(
+                "cgroup-bench: overhead on a workload ({} s per run)",
+                cfg.secs
+            );
+            let rows = overhead::run(&kinds, args.below.as_deref(), &root, &cfg)?;
+            rep.add_overhead(&args, fx.created(), cfg, rows);
+            rep.print_last();
+        }
+    }
+    rep.finish();
+    if let Some(p) = &args.json {
+        std::fs::write(p, serde_json::to_vec_pretty(&rep)?)
+            .with_context(|| format!("Failed to write {}", p.display()))?;
+    }
+    if let Some(p) = &args.md {
+        std::fs::write(p, rep.markdown())
+            .with_context(|| format!("Failed to write {}", p.display()))?;
+    }
+    Ok(())
+}

@@ -1,0 +1,183 @@
+//! Per-thread cost probes: CPU time (getrusage RUSAGE_THREAD), read
+//! syscalls (/proc/thread-self/io syscr) and, when the kernel has syscall
+//! tracepoints, exact syscall counts through perf.
+
+use std::fs::File;
+use std::os::fd::AsRawFd;
+use std::os::fd::FromRawFd;
+use std::os::fd::OwnedFd;
+use std::os::unix::fs::FileExt;
+use std::time::Duration;
+
+use anyhow::bail;
+use anyhow::Context;
+use anyhow::Result;
+
+/// user/sys split from getrusage; `total` from the thread CPU clock, which
+/// is exact where rusage's split is scaled from ticks and can stall.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Cpu {
+    pub user: Duration,
+    pub sys: Duration,
+    pub total: Duration,
+}
+
+impl Cpu {
+    pub fn since(self, earlier: Cpu) -> Cpu {
+        Cpu {
+            user: self.user.saturating_sub(earlier.user),
+            sys: self.sys.saturating_sub(earlier.sys),
+            total: self.total.saturating_sub(earlier.total),
+        }
+    }
+
+    pub fn add(&mut self, d: Cpu) {
+        self.user += d.user;
+        self.sys += d.sys;
+        self.total += d.total;
+    }
+}
+
+fn tv(t: libc::timeval) -> Duration {
+    Duration::from_secs(t.tv_sec as u64) + Duration::from_micros(t.tv_usec as u64)
+}
+
+/// CPU time of the calling thread.
+pub fn thread_cpu() -> Cpu {
+    // SAFETY: getrusage only writes the struct we pass.
+    let ru = unsafe {
+        let mut ru: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_THREAD, &mut ru);
+        ru
+    };
+    // SAFETY: clock_gettime only writes the struct we pass.
+    let ts = unsafe {
+        let mut ts: libc::timespec = std::mem::zeroed();
+        libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts);
+        ts
+    };
+    Cpu {
+        user: tv(ru.ru_utime),
+        sys: tv(ru.ru_stime),
+        total: Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32),
+    }
+}
+
+/// Peak resident set of the process, in KiB.
+pub fn max_rss_kib() -> u64 {
+    // SAFETY: as above.
+    let ru = unsafe {
+        let mut ru: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_SELF, &mut ru);
+        ru
+    };
+    ru.ru_maxrss as u64
+}
+
+/// The calling thread's `syscr`. Each probe is itself one pread, counted
+/// by the next probe: [`SysCr::delta`] takes it off.
+pub struct SysCr {
+    file: File,
+    buf: Vec<u8>,
+    own_cost: u64,
+}
+
+impl SysCr {
+    /// Must be created on the thread it measures.
+    pub fn new() -> Result<Self> {
+        let file = File::open("/proc/thread-self/io")
+            .context("Failed to open /proc/thread-self/io (CONFIG_TASK_IO_ACCOUNTING?)")?;
+        let mut s = SysCr {
+            file,
+            buf: vec![0; 512],
+            own_cost: 0,
+        };
+        let a = s.read()?;
+        let b = s.read()?;
+        s.own_cost = b - a;
+        Ok(s)
+    }
+
+    pub fn read(&mut self) -> Result<u64> {
+        let n = self.file.read_at(&mut self.buf, 0)?;
+        let text = std::str::from_utf8(&self.buf[..n])?;
+        text.lines()
+            .find_map(|l| l.strip_prefix("syscr:"))
+            .and_then(|v| v.trim().parse().ok())
+            .context("no syscr in /proc/thread-self/io")
+    }
+
+    /// Read syscalls between two probes, without the probes' own.
+    pub fn delta(&self, before: u64, after: u64) -> u64 {
+        (after - before).saturating_sub(self.own_cost)
+    }
+}
+
+/// Counts one syscall's entries by the calling thread through a perf
+/// tracepoint event. Kept off the timed samples: an enabled syscall
+/// tracepoint slows every syscall on the machine.
+pub struct SyscallCounter {
+    fd: OwnedFd,
+}
+
+/// The leading part of `struct perf_event_attr` (PERF_ATTR_SIZE_VER5);
+/// zeroed flags mean enabled, counting user and kernel.
+#[repr(C)]
+struct PerfEventAttr {
+    type_: u32,
+    size: u32,
+    config: u64,
+    rest: [u64; 12],
+}
+
+const PERF_TYPE_TRACEPOINT: u32 = 2;
+const PERF_FLAG_FD_CLOEXEC: libc::c_ulong = 1 << 3;
+
+impl SyscallCounter {
+    pub fn new(syscall: &str) -> Result<Self> {
+        let id = ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"]
+            .iter()
+            .find_map(|t| {
+                std::fs::read_to_string(format!("{t}/events/syscalls/sys_enter_{syscall}/id")).ok()
+            })
+            .context("no syscall tracepoints (tracefs not mounted or CONFIG_FTRACE_SYSCALLS=n)")?;
+        let attr = PerfEventAttr {
+            type_: PERF_TYPE_TRACEPOINT,
+            size: std::mem::size_of::<PerfEventAttr>() as u32,
+            config: id.trim().parse().context("bad tracepoint id")?,
+            rest: [0; 12],
+        };
+        // SAFETY: perf_event_open reads `attr` (size given inside); pid 0 and
+        // cpu -1 count the calling thread on any CPU.
+        let fd = unsafe {
+            libc::syscall(
+                libc::SYS_perf_event_open,
+                &attr as *const PerfEventAttr,
+                0,
+                -1,
+                -1,
+                PERF_FLAG_FD_CLOEXEC,
+            )
+        };
+        if fd < 0 {
+            bail!(
+                "perf_event_open(sys_enter_{syscall}): {}",
+                std::io::Error::last_os_error()
+            );
+        }
+        // SAFETY: a new fd owned by no one else.
+        Ok(SyscallCounter {
+            fd: unsafe { OwnedFd::from_raw_fd(fd as i32) },
+        })
+    }
+
+    pub fn read(&self) -> Result<u64> {
+        let mut v = [0u8; 8];
+        // SAFETY: reading 8 bytes into an 8-byte buffer.
+        let n = unsafe { libc::read(self.fd.as_raw_fd(), v.as_mut_ptr().cast(), 8) };
+        if n != 8 {
+            bail!("perf counter read: {}", std::io::Error::last_os_error());
+        }
+        Ok(u64::from_ne_bytes(v))
+    }
+}
