@@ -220,6 +220,12 @@ build_patched() {
   mkdir -p "$dest.tmp"
   cp "$obj/arch/x86/boot/bzImage" "$dest.tmp/bzImage"
   cp "$obj/.config" "$dest.tmp/config"
+  # The series' kselftest, built from the same patched tree and cached with
+  # the kernel it tests (tests/stream/run.sh boots them together).
+  if [ -f "$src/tools/testing/selftests/cgroup/test_stat_stream.c" ]; then
+    log "building the stat stream kselftest"
+    "$REPO_ROOT/tests/stream/build-selftest.sh" "$src" "$dest.tmp/test_stat_stream" >&2
+  fi
   { echo "source $SRC73_PACKAGE $SRC73_VERSION"; echo "key $key";
     for p in "${PATCHES[@]+"${PATCHES[@]}"}"; do echo "patch $(basename "$p") $(sha256_of "$p")"; done; } >"$dest.tmp/info"
   rm -rf "$dest"; mv "$dest.tmp" "$dest"

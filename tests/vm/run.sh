@@ -213,7 +213,9 @@ fi
 
 mkdir -p "$CACHE/logs"
 # keep the newest 100 console logs
-ls -1t "$CACHE/logs"/run-*.log 2>/dev/null | tail -n +100 | while IFS= read -r f; do rm -f "$f"; done
+# (find, not a glob: with no logs yet a failing ls would end the script under pipefail)
+find "$CACHE/logs" -maxdepth 1 -name 'run-*.log' -printf '%T@ %p\n' | sort -rn | tail -n +100 |
+  cut -d' ' -f2- | while IFS= read -r f; do rm -f "$f"; done
 logf="$CACHE/logs/run-$(date +%Y%m%d-%H%M%S)-$$.log"
 log "booting $(basename "$(dirname "$kimage")")/$(basename "$kimage") (timeout ${timeout_s}s); console log: $logf"
 start=$(date +%s.%N)

@@ -369,6 +369,26 @@ fn compare(n: usize, backend: BackendChoice) -> Result<()> {
         .map(|c| field_of(c.file))
         .chain(["inode_number"])
         .collect();
+    // Frozen cgroups can still see the kernel move a few pages between LRU
+    // lists (per-CPU batches drained late); a backend bug shows in every
+    // attempt, such a move does not.
+    for attempt in 1..=3 {
+        if compare_once(&mut read, &mut bpf, &bpf_fields)? {
+            println!("compare: OK");
+            return Ok(());
+        }
+        println!("compare: attempt {attempt} differed; again in 1 s");
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    bail!("compare failed in 3 attempts")
+}
+
+/// One comparison; true when the frozen tree agrees.
+fn compare_once(
+    read: &mut CgroupCollector,
+    bpf: &mut CgroupCollector,
+    bpf_fields: &BTreeSet<&str>,
+) -> Result<bool> {
     let rs = read.collect();
     let bs = bpf.collect();
     if !bs.errors.is_empty() {
@@ -391,7 +411,7 @@ fn compare(n: usize, backend: BackendChoice) -> Result<()> {
             continue; // only the frozen tree holds still
         }
         compared += 1;
-        for d in diff(rsample, b[path], &bpf_fields) {
+        for d in diff(rsample, b[path], bpf_fields) {
             println!("DIFF {path}: {d}");
             bad += 1;
         }
@@ -404,14 +424,13 @@ fn compare(n: usize, backend: BackendChoice) -> Result<()> {
         interesting.memory_stat.as_ref().and_then(|m| m.pgfault)
     );
     // Outside the frozen tree (the root) values move; show, do not fail.
-    for d in diff(r[""], b[""], &bpf_fields) {
+    for d in diff(r[""], b[""], bpf_fields) {
         println!("root (not frozen, informational): {d}");
     }
-    if bad > 0 || compared < 50 {
-        bail!("compare failed: {bad} differences over {compared} cgroups");
+    if compared < 50 {
+        bail!("compare: only {compared} frozen cgroups");
     }
-    println!("compare: OK");
-    Ok(())
+    Ok(bad == 0)
 }
 
 /// Check 4: cgroups made and removed while sampling; every sample must
