@@ -399,9 +399,13 @@ fn compare(n: usize, backend: BackendChoice) -> Result<()> {
     let interesting = r["bpfcheck"];
     println!(
         "compare: {compared} frozen cgroups compared, {bad} differences; \
-         e.g. bpfcheck memory.stat anon={:?} pgfault={:?}",
+         e.g. bpfcheck memory.stat anon={:?} pgfault={:?}, memory.numa_stat anon={:?}",
         interesting.memory_stat.as_ref().and_then(|m| m.anon),
-        interesting.memory_stat.as_ref().and_then(|m| m.pgfault)
+        interesting.memory_stat.as_ref().and_then(|m| m.pgfault),
+        interesting.memory_numa_stat.as_ref().map(|n| n
+            .iter()
+            .map(|(node, s)| (*node, s.anon))
+            .collect::<Vec<_>>())
     );
     // Outside the frozen tree (the root) values move; show, do not fail.
     for d in diff(r[""], b[""], &bpf_fields) {

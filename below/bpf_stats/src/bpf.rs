@@ -305,14 +305,14 @@ fn numa_layout(btf: &Btf) -> std::result::Result<NumaLayout, String> {
             present.len()
         ));
     }
-    let thp = enum_names(btf, "vm_event_item")
-        .is_some_and(|e| e.iter().any(|n| n == "THP_FAULT_ALLOC"));
-    Ok(NUMA_ITEMS.map(|it| {
-        match present.iter().position(|&p| p == it.item) {
+    let thp =
+        enum_names(btf, "vm_event_item").is_some_and(|e| e.iter().any(|n| n == "THP_FAULT_ALLOC"));
+    Ok(
+        NUMA_ITEMS.map(|it| match present.iter().position(|&p| p == it.item) {
             Some(i) if thp || !THP_ITEMS.contains(&it.item) => i as u32,
             _ => NUMA_NO_IDX,
-        }
-    }))
+        }),
+    )
 }
 
 /// `PID_MAX_LIMIT + 1` on 64-bit: pids.max prints "max" at or above it.

@@ -241,7 +241,7 @@ static __always_inline void fill_cpuset(struct record *r, struct cgroup *cgrp)
 
 /* memory_numa_stat_show() reads memcg->nodeinfo[nid]->lruvec_stats->state[]
  * after the flush at the walk root; clamp like lruvec_page_state(). The
- * caller checked that lruvec_stats is a pointer (7.x; 6.x embedded it). */
+ * caller checked that lruvec_stats is a pointer (older kernels embed it). */
 static __always_inline void fill_numa(struct record *r, struct mem_cgroup *memcg)
 {
 	__u32 nodeinfo = bpf_core_field_offset(struct mem_cgroup, nodeinfo);
