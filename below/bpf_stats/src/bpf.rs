@@ -1256,6 +1256,19 @@ mod test {
     }
 
     #[test]
+    fn numa_tables_agree() {
+        let record: Record = Default::default();
+        assert_eq!(record.numa.len(), NUMA_NODES);
+        assert_eq!(record.numa[0].len(), NUMA_ITEMS.len());
+        for it in &NUMA_ITEMS {
+            assert!(MEMCG_NODE_STAT_ITEMS.contains(&it.item), "{}", it.item);
+        }
+        for thp in THP_ITEMS {
+            assert!(NUMA_ITEMS.iter().any(|it| it.item == thp), "{thp}");
+        }
+    }
+
+    #[test]
     fn converts_kernel_encodings() {
         assert_eq!(cpu_weight(1024 << 10), 100);
         assert_eq!(cpu_weight(10240 << 10), 1000);
