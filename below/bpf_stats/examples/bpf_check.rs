@@ -419,9 +419,13 @@ fn compare_once(
     let interesting = r["bpfcheck"];
     println!(
         "compare: {compared} frozen cgroups compared, {bad} differences; \
-         e.g. bpfcheck memory.stat anon={:?} pgfault={:?}",
+         e.g. bpfcheck memory.stat anon={:?} pgfault={:?}, memory.numa_stat anon={:?}",
         interesting.memory_stat.as_ref().and_then(|m| m.anon),
-        interesting.memory_stat.as_ref().and_then(|m| m.pgfault)
+        interesting.memory_stat.as_ref().and_then(|m| m.pgfault),
+        interesting.memory_numa_stat.as_ref().map(|n| n
+            .iter()
+            .map(|(node, s)| (*node, s.anon))
+            .collect::<Vec<_>>())
     );
     // Outside the frozen tree (the root) values move; show, do not fail.
     for d in diff(r[""], b[""], bpf_fields) {
@@ -578,8 +582,9 @@ impl SyscallCounter {
     }
 }
 
-/// Check 5: a BPF sample opens nothing and makes as many syscalls with 200
-/// cgroups as with 10.
+/// Check 5: a BPF sample with the default files (memory.numa_stat
+/// included) opens nothing and makes as many syscalls with 200 cgroups as
+/// with 10.
 fn syscalls() -> Result<()> {
     let counter = SyscallCounter::new()?;
     let root = cgroup_root()?;
@@ -590,24 +595,15 @@ fn syscalls() -> Result<()> {
             t.mkdir(&format!("c{i}"))?;
         }
         let mut c = CgroupCollector::new(&options(&root, BackendChoice::Bpf))?;
-        // memory.numa_stat has no BPF source: leave it out here, and
-        // report what it costs below.
-        let mut want = c.wanted();
-        want.remove(StatFile::MemoryNumaStat);
-        c.set_wanted(want);
+        if !c.wanted().contains(StatFile::MemoryNumaStat) {
+            bail!("memory.numa_stat is not among the default files");
+        }
         c.collect(); // first sample opens the root's kept files
         let mut nodes = 0;
         let (calls, opens) = counter.count(|| nodes = c.collect().nodes.len());
-        c.set_wanted(
-            c.wanted()
-                .union([StatFile::MemoryNumaStat].into_iter().collect()),
-        );
-        let (ncalls, nopens) = counter.count(|| {
-            c.collect();
-        });
         println!(
-            "syscalls: {nodes} cgroups: {calls} syscalls, {opens} opens per BPF sample \
-             (with memory.numa_stat as text: {ncalls} syscalls, {nopens} opens)"
+            "syscalls: {nodes} cgroups, {} files: {calls} syscalls, {opens} opens per BPF sample",
+            c.wanted().iter().count()
         );
         results.push((calls, opens));
     }
@@ -651,20 +647,12 @@ fn bench(n: usize, samples: u32) -> Result<()> {
         println!("bench: {label:<28} {nodes:>5} cgroups  cpu {cpu:>10.3?}/sample  wall {wall:>10.3?}/sample");
     };
     let mut bpf = CgroupCollector::new(&options(&root, BackendChoice::Bpf))?;
-    let mut want = bpf.wanted();
-    want.remove(StatFile::MemoryNumaStat);
-    bpf.set_wanted(want);
     per_sample("bpf pass only", &mut || {
         bpf.bpf_pass().expect("bpf planned").expect("pass") as usize
     });
     per_sample("bpf pass + tree build", &mut || bpf.collect().nodes.len());
     let mut read = CgroupCollector::new(&options(&root, BackendChoice::Read))?;
-    read.set_wanted(want);
     per_sample("read (same files)", &mut || read.collect().nodes.len());
-    let mut read_all = CgroupCollector::new(&options(&root, BackendChoice::Read))?;
-    per_sample("read (+memory.numa_stat)", &mut || {
-        read_all.collect().nodes.len()
-    });
     drop(t);
     Ok(())
 }

@@ -12,9 +12,11 @@
 //! active; a text read aggregates first). We accept that lag rather than
 //! read text: below uses avg10, and totals lag at most one period.
 
+use std::collections::BTreeMap;
 use std::collections::BTreeSet;
 use std::collections::HashMap;
 use std::ffi::CStr;
+use std::ffi::OsStr;
 use std::mem::ManuallyDrop;
 use std::mem::MaybeUninit;
 use std::os::fd::AsFd;
@@ -37,8 +39,13 @@ use cgroupfs::Cpuset;
 use cgroupfs::MemNodes;
 use cgroupfs::MemoryEvents;
 use cgroupfs::MemoryEventsLocal;
+use cgroupfs::MemoryNumaStat;
 use cgroupfs::MemoryStat;
 use cgroupfs::PressureMetrics;
+use libbpf_rs::btf::types;
+use libbpf_rs::btf::Btf;
+use libbpf_rs::btf::BtfKind;
+use libbpf_rs::btf::BtfType;
 use libbpf_rs::skel::OpenSkel;
 use libbpf_rs::skel::SkelBuilder;
 use libbpf_rs::CgroupIterOpts;
@@ -80,10 +87,14 @@ const HAS_PIDS: u32 = 1 << 3;
 const HAS_CPUSET: u32 = 1 << 4;
 const HAS_PSI: u32 = 1 << 5;
 const HAS_BSTAT: u32 = 1 << 6;
+const HAS_NUMA: u32 = 1 << 7;
 const FEAT_CPU_FLUSH: u32 = 1 << 0;
 const FEAT_MEMCG_KFUNCS: u32 = 1 << 1;
 const FEAT_PSI: u32 = 1 << 2;
+const FEAT_NUMA: u32 = 1 << 5;
 const CPU_WORDS: usize = 8;
+const NUMA_NODES: usize = 8;
+const NUMA_NO_IDX: u32 = u32::MAX;
 
 /// CTRL_* bit order of cgroup_stats.h.
 const CONTROLLERS: [&str; 9] = [
@@ -131,6 +142,178 @@ const MEMSTAT_KEYS: [&str; 38] = [
     "thp_fault_alloc",
     "thp_collapse_alloc",
 ];
+
+/// mm/memcontrol.c `memcg_node_stat_items[]`, the order of
+/// `lruvec_stats.state[]`. The entries under #ifdef (NR_SWAPCACHE,
+/// PGPROMOTE_SUCCESS, NR_HUGETLB) are missing from `enum node_stat_item`
+/// too when configured out, so BTF tells which ones a kernel has.
+const MEMCG_NODE_STAT_ITEMS: [&str; 50] = [
+    "NR_INACTIVE_ANON",
+    "NR_ACTIVE_ANON",
+    "NR_INACTIVE_FILE",
+    "NR_ACTIVE_FILE",
+    "NR_UNEVICTABLE",
+    "NR_SLAB_RECLAIMABLE_B",
+    "NR_SLAB_UNRECLAIMABLE_B",
+    "WORKINGSET_REFAULT_ANON",
+    "WORKINGSET_REFAULT_FILE",
+    "WORKINGSET_ACTIVATE_ANON",
+    "WORKINGSET_ACTIVATE_FILE",
+    "WORKINGSET_RESTORE_ANON",
+    "WORKINGSET_RESTORE_FILE",
+    "WORKINGSET_NODERECLAIM",
+    "NR_ANON_MAPPED",
+    "NR_FILE_MAPPED",
+    "NR_FILE_PAGES",
+    "NR_FILE_DIRTY",
+    "NR_WRITEBACK",
+    "NR_SHMEM",
+    "NR_SHMEM_THPS",
+    "NR_FILE_THPS",
+    "NR_ANON_THPS",
+    "NR_VMSCAN_WRITE",
+    "NR_VMALLOC",
+    "NR_KERNEL_STACK_KB",
+    "NR_PAGETABLE",
+    "NR_SECONDARY_PAGETABLE",
+    "NR_SWAPCACHE",
+    "PGPROMOTE_SUCCESS",
+    "PGDEMOTE_KSWAPD",
+    "PGDEMOTE_DIRECT",
+    "PGDEMOTE_KHUGEPAGED",
+    "PGDEMOTE_PROACTIVE",
+    "PGSTEAL_KSWAPD",
+    "PGSTEAL_DIRECT",
+    "PGSTEAL_KHUGEPAGED",
+    "PGSTEAL_PROACTIVE",
+    "PGSTEAL_ANON",
+    "PGSTEAL_FILE",
+    "PGSCAN_KSWAPD",
+    "PGSCAN_DIRECT",
+    "PGSCAN_KHUGEPAGED",
+    "PGSCAN_PROACTIVE",
+    "PGSCAN_ANON",
+    "PGSCAN_FILE",
+    "PGROTATE_ANON",
+    "PGROTATE_FILE",
+    "PGREFILL",
+    "NR_HUGETLB",
+];
+
+/// memcg_page_state_output_unit(): what one unit of the raw state is.
+#[derive(Clone, Copy)]
+enum Unit {
+    Page,
+    /// Bytes (slab) or plain counts (workingset events).
+    One,
+    KiB,
+}
+
+/// A memory.numa_stat line below keeps: its `node_stat_item`, unit, and
+/// the field it fills.
+struct NumaItem {
+    item: &'static str,
+    unit: Unit,
+    field: fn(&mut MemoryNumaStat) -> &mut Option<u64>,
+}
+
+macro_rules! numa_items {
+    ($($field:ident: $item:literal $unit:ident),* $(,)?) => {
+        [$(NumaItem {
+            item: $item,
+            unit: Unit::$unit,
+            field: |s| &mut s.$field,
+        }),*]
+    };
+}
+
+/// Printed only with CONFIG_TRANSPARENT_HUGEPAGE; the items exist without.
+const THP_ITEMS: [&str; 3] = ["NR_ANON_THPS", "NR_FILE_THPS", "NR_SHMEM_THPS"];
+
+/// In record order (`numa[node][i]`, NR_NUMA_STATS of cgroup_stats.h).
+const NUMA_ITEMS: [NumaItem; 26] = numa_items![
+    anon: "NR_ANON_MAPPED" Page,
+    file: "NR_FILE_PAGES" Page,
+    kernel_stack: "NR_KERNEL_STACK_KB" KiB,
+    pagetables: "NR_PAGETABLE" Page,
+    shmem: "NR_SHMEM" Page,
+    file_mapped: "NR_FILE_MAPPED" Page,
+    file_dirty: "NR_FILE_DIRTY" Page,
+    file_writeback: "NR_WRITEBACK" Page,
+    swapcached: "NR_SWAPCACHE" Page,
+    anon_thp: "NR_ANON_THPS" Page,
+    file_thp: "NR_FILE_THPS" Page,
+    shmem_thp: "NR_SHMEM_THPS" Page,
+    inactive_anon: "NR_INACTIVE_ANON" Page,
+    active_anon: "NR_ACTIVE_ANON" Page,
+    inactive_file: "NR_INACTIVE_FILE" Page,
+    active_file: "NR_ACTIVE_FILE" Page,
+    unevictable: "NR_UNEVICTABLE" Page,
+    slab_reclaimable: "NR_SLAB_RECLAIMABLE_B" One,
+    slab_unreclaimable: "NR_SLAB_UNRECLAIMABLE_B" One,
+    workingset_refault_anon: "WORKINGSET_REFAULT_ANON" One,
+    workingset_refault_file: "WORKINGSET_REFAULT_FILE" One,
+    workingset_activate_anon: "WORKINGSET_ACTIVATE_ANON" One,
+    workingset_activate_file: "WORKINGSET_ACTIVATE_FILE" One,
+    workingset_restore_anon: "WORKINGSET_RESTORE_ANON" One,
+    workingset_restore_file: "WORKINGSET_RESTORE_FILE" One,
+    workingset_nodereclaim: "WORKINGSET_NODERECLAIM" One,
+];
+
+/// Per NUMA_ITEMS entry, its index in `lruvec_stats.state[]`, or
+/// NUMA_NO_IDX when this kernel does not print the line.
+type NumaLayout = [u32; NUMA_ITEMS.len()];
+
+/// Member names of a BTF enum, if the kernel has it.
+fn enum_names(btf: &Btf, name: &str) -> Option<Vec<String>> {
+    let e = btf.type_by_name::<types::Enum>(name)?;
+    Some(
+        e.iter()
+            .filter_map(|m| Some(m.name?.to_string_lossy().into_owned()))
+            .collect(),
+    )
+}
+
+/// The type of `member` of struct `name`, modifiers and typedefs skipped.
+fn member_type<'b>(btf: &'b Btf, name: &str, member: &str) -> Option<BtfType<'b>> {
+    let s = btf.type_by_name::<types::Struct>(name)?;
+    let m = s.iter().find(|m| m.name == Some(OsStr::new(member)))?;
+    Some(btf.type_by_id::<BtfType>(m.ty)?.skip_mods_and_typedefs())
+}
+
+/// Where memory_numa_stat_show()'s values are on the running kernel: the
+/// position of each item among the memcg_node_stat_items[] it has, which
+/// must add up to the length of `lruvec_stats.state[]` in its BTF.
+fn numa_layout(btf: &Btf) -> std::result::Result<NumaLayout, String> {
+    let items = enum_names(btf, "node_stat_item").ok_or("no enum node_stat_item in BTF")?;
+    let present: Vec<&str> = MEMCG_NODE_STAT_ITEMS
+        .into_iter()
+        .filter(|i| items.iter().any(|n| n == i))
+        .collect();
+    if member_type(btf, "mem_cgroup_per_node", "lruvec_stats").map(|t| t.kind())
+        != Some(BtfKind::Ptr)
+    {
+        return Err("unknown lruvec_stats layout: not a pointer in mem_cgroup_per_node".into());
+    }
+    let len = member_type(btf, "lruvec_stats", "state")
+        .and_then(|t| types::Array::try_from(t).ok())
+        .map(|a| a.capacity())
+        .ok_or("unknown lruvec_stats layout: no state[] array in BTF")?;
+    if len != present.len() {
+        return Err(format!(
+            "unknown lruvec_stats layout: {len} items in BTF, {} expected",
+            present.len()
+        ));
+    }
+    let thp =
+        enum_names(btf, "vm_event_item").is_some_and(|e| e.iter().any(|n| n == "THP_FAULT_ALLOC"));
+    Ok(
+        NUMA_ITEMS.map(|it| match present.iter().position(|&p| p == it.item) {
+            Some(i) if thp || !THP_ITEMS.contains(&it.item) => i as u32,
+            _ => NUMA_NO_IDX,
+        }),
+    )
+}
 
 /// `PID_MAX_LIMIT + 1` on 64-bit: pids.max prints "max" at or above it.
 const PIDS_MAX: u64 = 4 * 1024 * 1024 + 1;
@@ -262,6 +445,10 @@ impl Loaded {
             .context("The BPF object has no .rodata")?;
         rodata.cpumask_bytes = (ids.cpus.div_ceil(64) * 8).min(CPU_WORDS * 8) as u32;
         rodata.kfuncs = ids.kfuncs;
+        if let Some(layout) = ids.numa {
+            rodata.numa_node_ids = ids.nodes as u32;
+            rodata.numa_idx = layout;
+        }
         let skel = open.load().map_err(|e| {
             let log = LIBBPF_LOG.lock().unwrap_or_else(|e| e.into_inner());
             anyhow!("{e} ({})", load_failure(&log))
@@ -299,9 +486,8 @@ impl Loaded {
         })
     }
 
-    /// Runs one pass; returns how many cgroups it visited (may exceed the
-    /// capacity) and the kernel's FEAT_* bits.
-    fn run(&mut self) -> Result<(u32, u32)> {
+    /// Runs one pass.
+    fn run(&mut self) -> Result<Pass> {
         let fd = self.link.as_fd().as_raw_fd();
         // SAFETY: BPF_ITER_CREATE on our iterator link; the new fd is ours.
         let it = unsafe { libbpf_rs::libbpf_sys::bpf_iter_create(fd) };
@@ -325,7 +511,11 @@ impl Loaded {
         // SAFETY: the .bss mapping lives as long as the skeleton; the
         // kernel wrote it during read(2), which has returned.
         let bss = unsafe { std::ptr::read_volatile(self.bss.as_ptr()) };
-        Ok((bss.nr_cgroups, bss.features))
+        Ok(Pass {
+            cgroups: bss.nr_cgroups,
+            features: bss.features,
+            memory_nodes: bss.memory_nodes,
+        })
     }
 
     fn records(&self, n: u32) -> &[Record] {
@@ -338,14 +528,26 @@ impl Loaded {
     }
 }
 
+/// What one pass reports besides the records.
+struct Pass {
+    /// Cgroups visited; may exceed the map's capacity.
+    cgroups: u32,
+    /// FEAT_* bits.
+    features: u32,
+    /// The nodes memory.numa_stat prints (N_MEMORY).
+    memory_nodes: u64,
+}
+
 /// What the program is told at load: nr_cpu_ids and nr_node_ids
 /// (cpumask/nodemask bits past them are not the kernel's to show, nor
-/// allocated for cpumasks), and the KF_* kfuncs the kernel's BTF has.
+/// allocated for cpumasks), the KF_* kfuncs the kernel's BTF has, and
+/// where memory.numa_stat's values are (None: not served).
 #[derive(Clone, Copy)]
 struct Limits {
     cpus: usize,
     nodes: usize,
     kfuncs: u32,
+    numa: Option<NumaLayout>,
 }
 
 // KF_* of cgroup_stats.h.
@@ -379,7 +581,7 @@ fn kfuncs_in(btf: &libbpf_rs::btf::Btf) -> u32 {
 }
 
 impl Limits {
-    fn of_this_machine(kfuncs: u32) -> Self {
+    fn of_this_machine(kfuncs: u32, numa: Option<NumaLayout>) -> Self {
         // "0-3,8": the last id + 1.
         let count = |list: &str| {
             std::fs::read_to_string(list)
@@ -391,6 +593,7 @@ impl Limits {
             cpus: count("/sys/devices/system/cpu/possible"),
             nodes: count("/sys/devices/system/node/possible"),
             kfuncs,
+            numa,
         }
     }
 }
@@ -418,7 +621,13 @@ pub(crate) fn probe(root_fd: BorrowedFd, filter: Option<Regex>) -> Probe {
         Ok(btf) => btf,
         Err(e) => return fail(format!("cannot read {}: {e}", BTF_PATH)),
     };
-    let limits = Limits::of_this_machine(kfuncs_in(&btf));
+    // CONFIG_NUMA: memory.numa_stat exists.
+    let has_numa_stat = btf.type_by_name::<types::Enum>("numa_stat_item").is_some();
+    let numa_layout = numa_layout(&btf);
+    let mut limits = Limits::of_this_machine(kfuncs_in(&btf), None);
+    if has_numa_stat && limits.nodes <= NUMA_NODES {
+        limits.numa = numa_layout.as_ref().ok().copied();
+    }
     drop(btf);
     let old = libbpf_rs::set_print(Some((PrintLevel::Warn, keep_libbpf_message)));
     let loaded = Loaded::new(root_fd, FIRST_CAPACITY, limits);
@@ -428,7 +637,7 @@ pub(crate) fn probe(root_fd: BorrowedFd, filter: Option<Regex>) -> Probe {
         Err(e) => return fail(format!("cannot load the cgroup iterator: {e:#}")),
     };
     let features = match loaded.run() {
-        Ok((_, f)) => f,
+        Ok(pass) => pass.features,
         Err(e) => return fail(format!("the cgroup iterator failed: {e:#}")),
     };
 
@@ -444,11 +653,19 @@ pub(crate) fn probe(root_fd: BorrowedFd, filter: Option<Regex>) -> Probe {
         "io.stat: BPF cannot flush the io css",
         &mut files,
     );
-    never(
-        StatFile::MemoryNumaStat,
-        "no kfunc or BTF-visible index for per-node memcg stats",
-        &mut files,
-    );
+    if !has_numa_stat {
+        never(
+            StatFile::MemoryNumaStat,
+            "kernel has no memory.numa_stat (CONFIG_NUMA)",
+            &mut files,
+        );
+    } else if limits.nodes > NUMA_NODES {
+        never(
+            StatFile::MemoryNumaStat,
+            &format!("more than {NUMA_NODES} NUMA nodes: a record holds {NUMA_NODES}"),
+            &mut files,
+        );
+    }
     if limits.cpus > CPU_WORDS * 64 {
         never(
             StatFile::CpusetCpus,
@@ -473,6 +690,15 @@ pub(crate) fn probe(root_fd: BorrowedFd, filter: Option<Regex>) -> Probe {
             &mut files,
         );
     }
+    // Still in `files`: the kernel has the file and a record holds its nodes.
+    let numa_gap = match &numa_layout {
+        _ if !files.contains(StatFile::MemoryNumaStat) || features & FEAT_NUMA != 0 => None,
+        Err(why) => Some(why.clone()),
+        Ok(_) if features & FEAT_MEMCG_KFUNCS == 0 => {
+            Some("kernel lacks kfunc bpf_mem_cgroup_flush_stats".to_owned())
+        }
+        Ok(_) => Some("kernel symbol node_states not in kallsyms".to_owned()),
+    };
     let mut gap = |f: StatFile, why: &str| {
         files.remove(f);
         reasons.push((f, why.to_owned()));
@@ -483,6 +709,9 @@ pub(crate) fn probe(root_fd: BorrowedFd, filter: Option<Regex>) -> Probe {
             StatFile::MemoryStat,
             "kernel lacks kfunc bpf_mem_cgroup_page_state",
         );
+    }
+    if let Some(why) = numa_gap {
+        gap(StatFile::MemoryNumaStat, &why);
     }
     if features & FEAT_CPU_FLUSH == 0 {
         gap(StatFile::CpuStat, "kernel lacks kfunc css_rstat_flush");
@@ -630,7 +859,7 @@ pub(crate) struct BpfBackend {
 impl BpfBackend {
     /// The iterator pass alone; returns the number of cgroups visited.
     pub(crate) fn pass(&mut self) -> Result<u32> {
-        self.loaded.run().map(|(n, _)| n)
+        self.loaded.run().map(|p| p.cgroups)
     }
 
     /// One sample: `bpf` files from the records, `text` files read as text
@@ -644,10 +873,11 @@ impl BpfBackend {
         text: FileSet,
     ) -> Result<Snapshot> {
         let mut snap = Snapshot::default();
-        let n = loop {
-            let (n, _) = self.loaded.run()?;
+        let (n, memory_nodes) = loop {
+            let pass = self.loaded.run()?;
+            let n = pass.cgroups;
             if n <= self.loaded.capacity {
-                break n;
+                break (n, pass.memory_nodes);
             }
             // More cgroups than room: grow, then rerun this sample.
             let cap = n.saturating_mul(2).next_power_of_two();
@@ -696,7 +926,7 @@ impl BpfBackend {
             if need_paths {
                 self.paths.push(path);
             }
-            let mut sample = self.sample_of(r, bpf, &mut prev);
+            let mut sample = self.sample_of(r, bpf, &mut prev, memory_nodes);
             if r.level == 0 {
                 let root_text = self
                     .root_text
@@ -723,6 +953,7 @@ impl BpfBackend {
         r: &Record,
         files: FileSet,
         prev: &mut HashMap<u64, (u64, u64)>,
+        memory_nodes: u64,
     ) -> CgroupSample {
         let want = |f| files.contains(f);
         let root = r.level == 0;
@@ -807,6 +1038,9 @@ impl BpfBackend {
             }
             s.memory_stat = Some(m);
         }
+        if want(StatFile::MemoryNumaStat) && r.flags & HAS_NUMA != 0 {
+            s.memory_numa_stat = self.numa_stat(r, memory_nodes);
+        }
         if !root && r.flags & HAS_MEMCG != 0 {
             // Page counters hold pages; "max" is PAGE_COUNTER_MAX.
             let counter_max = i64::MAX as u64 / page;
@@ -863,6 +1097,30 @@ impl BpfBackend {
             }
         }
         s
+    }
+
+    /// memory.numa_stat: the `nodes` the text prints, in its units.
+    fn numa_stat(&self, r: &Record, nodes: u64) -> Option<BTreeMap<u32, MemoryNumaStat>> {
+        let layout = self.limits.numa?;
+        let stats = (0..NUMA_NODES)
+            .filter(|n| nodes & (1 << n) != 0)
+            .map(|n| {
+                let mut m = MemoryNumaStat::default();
+                for ((item, &idx), &v) in NUMA_ITEMS.iter().zip(&layout).zip(&r.numa[n]) {
+                    if idx != NUMA_NO_IDX {
+                        *(item.field)(&mut m) = Some(
+                            v * match item.unit {
+                                Unit::Page => self.page_size,
+                                Unit::One => 1,
+                                Unit::KiB => 1024,
+                            },
+                        );
+                    }
+                }
+                (n as u32, m)
+            })
+            .collect();
+        Some(stats)
     }
 
     fn cpu_stat(&self, r: &Record, prev: &mut HashMap<u64, (u64, u64)>) -> CpuStat {
@@ -995,6 +1253,19 @@ mod test {
         assert_eq!(cputime_adjust(1000, 1, 1, (750, 250)), (750, 250));
         // stime may not shrink below its previous value.
         assert_eq!(cputime_adjust(1100, 1000, 1, (750, 250)), (850, 250));
+    }
+
+    #[test]
+    fn numa_tables_agree() {
+        let record: Record = Default::default();
+        assert_eq!(record.numa.len(), NUMA_NODES);
+        assert_eq!(record.numa[0].len(), NUMA_ITEMS.len());
+        for it in &NUMA_ITEMS {
+            assert!(MEMCG_NODE_STAT_ITEMS.contains(&it.item), "{}", it.item);
+        }
+        for thp in THP_ITEMS {
+            assert!(NUMA_ITEMS.iter().any(|it| it.item == thp), "{thp}");
+        }
     }
 
     #[test]

@@ -27,12 +27,22 @@ struct {
 __u32 nr_cgroups;
 /* FEAT_* bits: what this kernel let the last pass do. */
 __u32 features;
+/* node_states[N_MEMORY] (first word) at the last pass: the nodes
+ * memory.numa_stat prints. */
+__u64 memory_nodes;
 /* Bytes of a cpumask the kernel allocated (nr_cpu_ids bits, in longs);
  * set by the loader: reading past them reads other objects. */
 const volatile __u32 cpumask_bytes = 8;
 /* KF_* bits; constant at load, so the verifier drops calls to kfuncs this
  * kernel lacks (libbpf poisons them). */
 const volatile __u32 kfuncs;
+/* Node ids memory.numa_stat reads (0: not served) and where each of its
+ * items sits in lruvec_stats.state[]; the loader checked the layout. */
+const volatile __u32 numa_node_ids;
+const volatile __u32 numa_idx[NR_NUMA_STATS];
+
+/* Not in BTF (only per-CPU variables are): resolved from kallsyms. */
+extern const void node_states __ksym __weak;
 
 /* 7.x rstat flush; 6.x had cgroup_rstat_flush(struct cgroup *). */
 extern void css_rstat_flush(struct cgroup_subsys_state *css) __ksym __weak;
@@ -229,6 +239,35 @@ static __always_inline void fill_cpuset(struct record *r, struct cgroup *cgrp)
 		dst[4] = BPF_CORE_READ(memcg, arr[bpf_core_enum_value(enum memcg_memory_event, MEMCG_OOM_KILL)].counter); \
 	} while (0)
 
+/* memory_numa_stat_show() reads memcg->nodeinfo[nid]->lruvec_stats->state[]
+ * after the flush at the walk root; clamp like lruvec_page_state(). The
+ * caller checked that lruvec_stats is a pointer (older kernels embed it). */
+static __always_inline void fill_numa(struct record *r, struct mem_cgroup *memcg)
+{
+	__u32 nodeinfo = bpf_core_field_offset(struct mem_cgroup, nodeinfo);
+	__u32 state = bpf_core_field_offset(struct lruvec_stats, state);
+
+	for (__u32 nid = 0; nid < NUMA_NODES; nid++) {
+		struct mem_cgroup_per_node *pn = 0;
+		void *stats;
+
+		if (nid >= numa_node_ids || !(memory_nodes & (1ULL << nid)))
+			continue;
+		bpf_probe_read_kernel(&pn, sizeof(pn), (void *)memcg + nodeinfo + nid * sizeof(pn));
+		stats = BPF_CORE_READ(pn, lruvec_stats);
+		if (!stats)
+			return;
+		for (__u32 i = 0; i < NR_NUMA_STATS; i++) {
+			long v = 0;
+
+			if (numa_idx[i] != NUMA_NO_IDX)
+				bpf_probe_read_kernel(&v, sizeof(v), stats + state + numa_idx[i] * sizeof(v));
+			r->numa[nid][i] = v < 0 ? 0 : v;
+		}
+	}
+	r->flags |= HAS_NUMA;
+}
+
 /* Page counters and event arrays need no flush: read them by CO-RE. */
 static __always_inline void fill_memcg(struct record *r, struct cgroup *cgrp)
 {
@@ -249,6 +288,9 @@ static __always_inline void fill_memcg(struct record *r, struct cgroup *cgrp)
 		r->zswap_max = BPF_CORE_READ(memcg, zswap_max);
 	EVENTS(r->events, memcg, memory_events);
 	EVENTS(r->events_local, memcg, memory_events_local);
+	if (bpf_core_field_exists(struct mem_cgroup_per_node, lruvec_stats) &&
+	    (features & FEAT_NUMA))
+		fill_numa(r, memcg);
 }
 
 #define NODE_STAT(name)                                                                \
@@ -348,6 +390,16 @@ static __always_inline void flush_at_walk_root(struct cgroup *cgrp)
 		feat |= FEAT_CFS_BANDWIDTH;
 	if (bpf_core_field_exists(struct mem_cgroup, zswap_max))
 		feat |= FEAT_ZSWAP;
+	/* Per-node stats need the memcg flush above. */
+	memory_nodes = 0;
+	if (numa_node_ids && have_memcg_kfuncs() && bpf_ksym_exists(&node_states) &&
+	    bpf_core_field_exists(struct mem_cgroup_per_node, lruvec_stats)) {
+		int n_memory = bpf_core_enum_value(enum node_states, N_MEMORY);
+
+		bpf_probe_read_kernel(&memory_nodes, sizeof(memory_nodes),
+				      &node_states + n_memory * bpf_core_type_size(nodemask_t));
+		feat |= FEAT_NUMA;
+	}
 	features = feat;
 }
 

@@ -22,6 +22,7 @@
 #define HAS_CPUSET (1U << 4)
 #define HAS_PSI (1U << 5)
 #define HAS_BSTAT (1U << 6)
+#define HAS_NUMA (1U << 7)
 
 /* What the running kernel let the program do (global `features`). */
 #define FEAT_CPU_FLUSH (1U << 0)
@@ -29,6 +30,7 @@
 #define FEAT_PSI (1U << 2)
 #define FEAT_CFS_BANDWIDTH (1U << 3)
 #define FEAT_ZSWAP (1U << 4)
+#define FEAT_NUMA (1U << 5)
 
 /* Kfuncs user space found in the running kernel's BTF (rodata `kfuncs`):
  * bpf_ksym_exists() on a kfunc needs 6.3+, so the check is done there. */
@@ -92,6 +94,14 @@ enum memstat_slot {
 	NR_MS,
 };
 
+/* memory.numa_stat: per node id below NUMA_NODES (more nodes use text),
+ * NR_NUMA_STATS raw lruvec_stats.state[] values. User space owns the item
+ * order and units and tells the program each item's index (numa_idx). */
+#define NUMA_NODES 8
+#define NR_NUMA_STATS 26
+/* numa_idx of an item this kernel does not print. */
+#define NUMA_NO_IDX (~0U)
+
 /* Pressure rows: the text's resource * 2 + full. */
 #define NR_PSI_ROWS 6
 
@@ -135,6 +145,7 @@ struct record {
 	__u64 events[5];
 	__u64 events_local[5];
 	__u64 memstat[NR_MS];
+	__u64 numa[NUMA_NODES][NR_NUMA_STATS];
 	/* cpuset */
 	__u64 cpus[CPU_WORDS];
 	__u64 cpus_effective[CPU_WORDS];
