@@ -113,12 +113,6 @@ impl CgroupCollector {
         self.want
     }
 
-    /// Narrows the files read each sample (e.g. to leave out the text-only
-    /// memory.numa_stat).
-    pub fn set_wanted(&mut self, want: FileSet) {
-        self.want = want;
-    }
-
     pub fn collect(&mut self) -> Snapshot {
         let mut read = self
             .plan
