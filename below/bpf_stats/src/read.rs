@@ -270,49 +270,61 @@ impl Walker {
         s: &mut CgroupSample,
         errors: &mut Vec<FileError>,
     ) {
+        let owned;
         let dir = if path.is_empty() {
-            self.root_fd.try_clone().ok()
+            self.root_fd.as_fd()
         } else {
-            std::ffi::CString::new(path)
+            match std::ffi::CString::new(path)
                 .ok()
                 .and_then(|c| open_dir_at(Some(self.root_fd.as_fd()), &c).ok())
+            {
+                Some(fd) => {
+                    owned = fd;
+                    owned.as_fd()
+                }
+                // Removed since the sample started: nothing to read.
+                None => return,
+            }
         };
-        // A cgroup removed since the sample started has nothing to read.
-        if let Some(dir) = dir {
-            self.reader.read_cgroup(dir.as_fd(), path, files, s, errors);
-        }
+        self.reader.read_cgroup(dir, path, files, s, errors);
     }
 
     /// Walks the whole tree, reading `files` of every cgroup.
     pub fn walk(&mut self, files: FileSet) -> Snapshot {
-        let mut snap = Snapshot::default();
-        let root = self
-            .root_fd
-            .try_clone()
-            .expect("Failed to dup the cgroup root fd");
-        let mut path = String::new();
-        self.visit(&root, None, String::new(), &mut path, files, &mut snap);
-        snap
+        let mut w = Walk {
+            reader: &mut self.reader,
+            filter: self.filter.as_ref(),
+            files,
+            path: String::new(),
+            snap: Snapshot::default(),
+        };
+        w.visit(self.root_fd.as_fd(), None, String::new());
+        w.snap
     }
+}
 
-    fn visit(
-        &mut self,
-        dir: &OwnedFd,
-        parent: Option<usize>,
-        name: String,
-        path: &mut String,
-        files: FileSet,
-        snap: &mut Snapshot,
-    ) {
+/// One walk's state.
+struct Walk<'a> {
+    reader: &'a mut PlainReader,
+    filter: Option<&'a Regex>,
+    files: FileSet,
+    /// Path of the cgroup being visited, relative to the root.
+    path: String,
+    snap: Snapshot,
+}
+
+impl Walk<'_> {
+    fn visit(&mut self, dir: BorrowedFd, parent: Option<usize>, name: String) {
+        let snap = &mut self.snap;
         let idx = snap.nodes.len();
         let n_errors = snap.errors.len();
         let mut sample = CgroupSample {
-            inode_number: inode_of(dir.as_fd()),
+            inode_number: inode_of(dir),
             ..Default::default()
         };
         if self
             .reader
-            .read_cgroup(dir.as_fd(), path, files, &mut sample, &mut snap.errors)
+            .read_cgroup(dir, &self.path, self.files, &mut sample, &mut snap.errors)
             == Liveness::Gone
         {
             snap.errors.truncate(n_errors);
@@ -323,7 +335,7 @@ impl Walker {
             name,
             sample,
         });
-        let Ok(children) = subdirs(dir.as_fd()) else {
+        let Ok(children) = subdirs(dir) else {
             // Removed between reading its files and listing it: drop it.
             if parent.is_some() {
                 snap.nodes.truncate(idx);
@@ -331,22 +343,22 @@ impl Walker {
             }
             return;
         };
-        let base_len = path.len();
+        let base_len = self.path.len();
         for child in children {
-            if !path.is_empty() {
-                path.push('/');
+            if !self.path.is_empty() {
+                self.path.push('/');
             }
-            path.push_str(child.to_str().unwrap_or_default());
-            let skip = self.filter.as_ref().is_some_and(|re| re.is_match(path));
+            self.path.push_str(child.to_str().unwrap_or_default());
+            let skip = self.filter.is_some_and(|re| re.is_match(&self.path));
             if !skip {
                 // ENOENT: removed since readdir.
-                if let Ok(fd) = open_dir_at(Some(dir.as_fd()), &child) {
+                if let Ok(fd) = open_dir_at(Some(dir), &child) {
                     self.reader.counters.dirs_opened += 1;
                     let name = child.to_string_lossy().into_owned();
-                    self.visit(&fd, Some(idx), name, path, files, snap);
+                    self.visit(fd.as_fd(), Some(idx), name);
                 }
             }
-            path.truncate(base_len);
+            self.path.truncate(base_len);
         }
     }
 }

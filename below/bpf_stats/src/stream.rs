@@ -102,6 +102,25 @@ fn write_interval(root: BorrowedFd, ms: u64) -> nix::Result<()> {
     nix::unistd::write(fd, ms.to_string().as_bytes()).map(drop)
 }
 
+/// Up to three fds stay open per cgroup: lift the soft fd limit to the
+/// hard one, and both to fs.nr_open where we may (root).
+fn raise_fd_limit() {
+    use nix::sys::resource::getrlimit;
+    use nix::sys::resource::setrlimit;
+    use nix::sys::resource::Resource;
+    let Ok((_, hard)) = getrlimit(Resource::RLIMIT_NOFILE) else {
+        return;
+    };
+    let nr_open = std::fs::read_to_string("/proc/sys/fs/nr_open")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(hard)
+        .max(hard);
+    if setrlimit(Resource::RLIMIT_NOFILE, nr_open, nr_open).is_err() {
+        let _ = setrlimit(Resource::RLIMIT_NOFILE, hard, hard);
+    }
+}
+
 /// The files streams serve, and why not the others.
 pub(crate) fn support() -> Support {
     let files: FileSet = STREAM_FILES.iter().map(|(f, _)| *f).collect();
@@ -152,6 +171,7 @@ impl Streams {
     /// Starts reading streams; turns streaming on at `want` if it is off,
     /// and leaves an interval someone else set alone.
     pub(crate) fn start(root: BorrowedFd, want: Option<Duration>) -> Result<Self, String> {
+        raise_fd_limit();
         let mut ms = read_interval(root)?;
         let mut set_by_us = None;
         if ms == 0 {
