@@ -10,11 +10,13 @@ use std::fs::OpenOptions;
 use std::io::BufRead;
 use std::io::BufReader;
 use std::io::Write;
+use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::path::PathBuf;
 use std::time::Duration;
 use std::time::SystemTime;
 
+use anyhow::anyhow;
 use anyhow::bail;
 use anyhow::Context;
 use anyhow::Result;
@@ -25,6 +27,12 @@ use slog::warn;
 use store::CompressionMode;
 use store::DataFrame;
 use store::StoreWriter;
+
+mod failures;
+pub mod snapshot;
+
+pub use failures::FailureKind;
+pub use failures::FailureLog;
 
 /// Name of the side file holding one [`BackendRecord`] per line.
 pub const BACKENDS_FILE: &str = "cgroup_backends.jsonl";
@@ -49,14 +57,32 @@ pub fn compression_mode(compress: bool, dict_chunk: Option<u32>) -> Result<Compr
     }
 }
 
+/// Writes samples like below's `record`: a failed write is logged (see
+/// [`FailureLog`]) and recording goes on; the next sample reopens the store
+/// (recreating a vanished directory), so samples land again as soon as the
+/// store can be written. Retention and the size limit run after every
+/// sample, written or not: dropping old shards may be what frees the space.
 pub struct Recorder {
     logger: slog::Logger,
-    writer: StoreWriter,
+    dir: PathBuf,
+    mode: CompressionMode,
+    writer: Option<StoreWriter>,
+    /// Device and inode of `dir` when `writer` was opened.
+    dir_id: (u64, u64),
+    /// The last write failed: reopen before the next one (fresh file
+    /// lengths and compressor state, as after a restart).
+    stale: bool,
     retention: Option<Duration>,
     size_limit: Option<u64>,
+    /// The current shard alone exceeds the size limit (warned once).
+    over_size_limit: bool,
+    write_failures: FailureLog,
+    cleanup_failures: FailureLog,
 }
 
 impl Recorder {
+    /// Fails if the store cannot be opened at all (e.g. another `record`
+    /// holds it): at start that is fatal, as in below.
     pub fn new(
         logger: slog::Logger,
         dir: &Path,
@@ -64,40 +90,117 @@ impl Recorder {
         retention: Option<Duration>,
         size_limit: Option<u64>,
     ) -> Result<Self> {
-        std::fs::create_dir_all(dir)
-            .with_context(|| format!("Failed to create store directory {}", dir.display()))?;
-        let writer = StoreWriter::new(logger.clone(), dir, mode, store::Format::Cbor)
-            .with_context(|| format!("Failed to open store {}", dir.display()))?;
+        let (writer, dir_id) = open_writer(&logger, dir, mode)?;
         Ok(Recorder {
             logger,
-            writer,
+            dir: dir.to_path_buf(),
+            mode,
+            writer: Some(writer),
+            dir_id,
+            stale: false,
             retention,
             size_limit,
+            over_size_limit: false,
+            write_failures: FailureLog::new("Store write"),
+            cleanup_failures: FailureLog::new("Store cleanup (retention, size limit)"),
         })
     }
 
-    /// Appends a sample, then applies retention and the size limit.
-    pub fn put(&mut self, timestamp: SystemTime, sample: model::Sample) -> Result<()> {
-        let frame = DataFrame { sample };
-        self.writer
-            .put(timestamp, &frame)
-            .context("Failed to write sample to the store")?;
+    /// Appends a sample, then applies retention and the size limit. Returns
+    /// whether the sample landed; failures are logged here.
+    pub fn put(&mut self, timestamp: SystemTime, sample: model::Sample) -> bool {
+        let written = match self.write(timestamp, &DataFrame { sample }) {
+            Ok(()) => {
+                self.write_failures.succeed(&self.logger);
+                true
+            }
+            Err((kind, e)) => {
+                self.stale = true;
+                self.write_failures.fail(&self.logger, kind, &e);
+                false
+            }
+        };
+        match self.cleanup(timestamp) {
+            Ok(()) => self.cleanup_failures.succeed(&self.logger),
+            Err(e) => self
+                .cleanup_failures
+                .fail(&self.logger, FailureKind::of(&e), &e),
+        }
+        written
+    }
+
+    fn write(
+        &mut self,
+        timestamp: SystemTime,
+        frame: &DataFrame,
+    ) -> std::result::Result<(), (FailureKind, anyhow::Error)> {
+        let classify = |e: anyhow::Error| (FailureKind::of(&e), e);
+        if self.writer.is_some() && dir_id(&self.dir).ok() != Some(self.dir_id) {
+            // Writes would go on "succeeding" into unlinked files: count it
+            // and write this sample to a recreated directory.
+            self.writer = None;
+            let e = anyhow!(
+                "Store directory {} was removed or replaced; recreating it",
+                self.dir.display()
+            );
+            self.write_failures
+                .fail(&self.logger, FailureKind::Vanished, &e);
+        }
+        if self.stale || self.writer.is_none() {
+            // Drop first: the new writer takes the same flocks.
+            self.writer = None;
+            let (w, id) = open_writer(&self.logger, &self.dir, self.mode).map_err(classify)?;
+            self.writer = Some(w);
+            self.dir_id = id;
+            self.stale = false;
+        }
+        let w = self.writer.as_mut().expect("opened above");
+        w.put(timestamp, frame)
+            .context("Failed to write sample to the store")
+            .map_err(classify)?;
+        Ok(())
+    }
+
+    fn cleanup(&mut self, timestamp: SystemTime) -> Result<()> {
+        let Some(w) = &self.writer else {
+            return Ok(());
+        };
         if let Some(r) = self.retention {
             if let Some(t) = timestamp.checked_sub(r) {
-                self.writer.discard_earlier(t)?;
+                w.discard_earlier(t)?;
             }
         }
         if let Some(limit) = self.size_limit {
-            if !self.writer.try_discard_until_size(limit)? {
+            let fits = w.try_discard_until_size(limit)?;
+            if !fits && !self.over_size_limit {
                 warn!(
                     self.logger,
-                    "Store is larger than --store-size-limit {} even after discarding all older shards",
+                    "Store is larger than --store-size-limit {} even after discarding all older shards (the current shard is never discarded)",
                     limit
                 );
             }
+            self.over_size_limit = !fits;
         }
         Ok(())
     }
+}
+
+fn dir_id(dir: &Path) -> std::io::Result<(u64, u64)> {
+    let m = std::fs::metadata(dir)?;
+    Ok((m.dev(), m.ino()))
+}
+
+fn open_writer(
+    logger: &slog::Logger,
+    dir: &Path,
+    mode: CompressionMode,
+) -> Result<(StoreWriter, (u64, u64))> {
+    std::fs::create_dir_all(dir)
+        .with_context(|| format!("Failed to create store directory {}", dir.display()))?;
+    let id = dir_id(dir).with_context(|| format!("Failed to stat {}", dir.display()))?;
+    let writer = StoreWriter::new(logger.clone(), dir, mode, store::Format::Cbor)
+        .with_context(|| format!("Failed to open store {}", dir.display()))?;
+    Ok((writer, id))
 }
 
 /// Which backend served each cgroup file during one `record` run.
@@ -196,7 +299,7 @@ mod test {
         let mut sample = model::Sample::default();
         sample.cgroup.memory_current = Some(42);
         let t = SystemTime::now();
-        r.put(t, sample.clone()).unwrap();
+        assert!(r.put(t, sample.clone()));
         let (_, frame) = store::read_next_sample(
             d.path(),
             t - Duration::from_secs(5),
@@ -208,5 +311,24 @@ mod test {
         assert_eq!(frame.sample.cgroup.memory_current, Some(42));
         assert!(compression_mode(true, Some(3)).is_err());
         assert!(compression_mode(true, Some(1)).is_err());
+    }
+
+    #[test]
+    fn samples_land_in_a_recreated_store_directory() {
+        let d = tempfile::tempdir().unwrap();
+        let dir = d.path().join("store");
+        let logger = slog::Logger::root(slog::Discard, slog::o!());
+        let mut r = Recorder::new(logger.clone(), &dir, CompressionMode::Zstd, None, None).unwrap();
+        let t0 = SystemTime::now();
+        assert!(r.put(t0, model::Sample::default()));
+        std::fs::remove_dir_all(&dir).unwrap();
+        let mut sample = model::Sample::default();
+        sample.cgroup.memory_current = Some(7);
+        assert!(r.put(t0 + Duration::from_secs(1), sample));
+        let (_, frame) =
+            store::read_next_sample(&dir, t0, store::Direction::Forward, logger)
+                .unwrap()
+                .expect("the sample after the removal");
+        assert_eq!(frame.sample.cgroup.memory_current, Some(7));
     }
 }
