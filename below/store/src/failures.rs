@@ -130,7 +130,7 @@ impl FailureLog {
 }
 
 fn is_power_of_ten(mut n: u64) -> bool {
-    while n >= 10 && n % 10 == 0 {
+    while n >= 10 && n.is_multiple_of(10) {
         n /= 10;
     }
     n == 1
@@ -166,11 +166,23 @@ mod test {
 
     #[test]
     fn classifies_by_errno_in_chain() {
-        assert_eq!(FailureKind::of(&io_error(libc::ENOSPC)), FailureKind::NoSpace);
-        assert_eq!(FailureKind::of(&io_error(libc::EDQUOT)), FailureKind::NoSpace);
+        assert_eq!(
+            FailureKind::of(&io_error(libc::ENOSPC)),
+            FailureKind::NoSpace
+        );
+        assert_eq!(
+            FailureKind::of(&io_error(libc::EDQUOT)),
+            FailureKind::NoSpace
+        );
         assert_eq!(FailureKind::of(&io_error(libc::EIO)), FailureKind::Io);
-        assert_eq!(FailureKind::of(&io_error(libc::ENOENT)), FailureKind::Vanished);
-        assert_eq!(FailureKind::of(&io_error(libc::EROFS)), FailureKind::ReadOnly);
+        assert_eq!(
+            FailureKind::of(&io_error(libc::ENOENT)),
+            FailureKind::Vanished
+        );
+        assert_eq!(
+            FailureKind::of(&io_error(libc::EROFS)),
+            FailureKind::ReadOnly
+        );
         let nix = anyhow::Error::new(nix::errno::Errno::EWOULDBLOCK).context("flock");
         assert_eq!(FailureKind::of(&nix), FailureKind::Other);
         let nix = anyhow::Error::new(nix::errno::Errno::EACCES).context("open");

@@ -325,10 +325,9 @@ mod test {
         let mut sample = model::Sample::default();
         sample.cgroup.memory_current = Some(7);
         assert!(r.put(t0 + Duration::from_secs(1), sample));
-        let (_, frame) =
-            store::read_next_sample(&dir, t0, store::Direction::Forward, logger)
-                .unwrap()
-                .expect("the sample after the removal");
+        let (_, frame) = store::read_next_sample(&dir, t0, store::Direction::Forward, logger)
+            .unwrap()
+            .expect("the sample after the removal");
         assert_eq!(frame.sample.cgroup.memory_current, Some(7));
     }
 }

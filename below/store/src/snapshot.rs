@@ -158,8 +158,8 @@ mod test {
 
     /// A store with one frame per `secs`, memory_current = the second.
     fn store_with(dir: &Path, secs: &[u64]) {
-        let mut w = StoreWriter::new(logger(), dir, CompressionMode::None, store::Format::Cbor)
-            .unwrap();
+        let mut w =
+            StoreWriter::new(logger(), dir, CompressionMode::None, store::Format::Cbor).unwrap();
         for s in secs {
             let mut sample = model::Sample::default();
             sample.cgroup.memory_current = Some(*s as i64);
@@ -189,7 +189,10 @@ mod test {
         let store = d.path().join("store");
         // Shards are days: span two.
         let base = 86400 * 20000;
-        store_with(&store, &[base - 10, base - 5, base + 3, base + 8, base + 20]);
+        store_with(
+            &store,
+            &[base - 10, base - 5, base + 3, base + 8, base + 20],
+        );
         let out = d.path().join("snap");
         let at = |s: u64| SystemTime::UNIX_EPOCH + Duration::from_secs(s);
         let n = create(&logger(), &store, at(base - 5), at(base + 8), &out).unwrap();

@@ -1,0 +1,174 @@
+//! Commands over recorded history: `snapshot`, `debug dump-store`, `debug
+//! convert-store`, and what `replay`/`dump` share: time ranges, snapshots
+//! and below's refusal of remote hosts.
+
+use std::path::PathBuf;
+use std::time::SystemTime;
+
+use anyhow::bail;
+use anyhow::Context;
+use anyhow::Result;
+use below_common::cliutil;
+
+use crate::record::CompressOpts;
+
+/// `-b/--begin`, `-e/--end`, `--duration` as in below.
+#[derive(Debug, clap::Args)]
+pub struct TimeRange {
+    /// Begin time, same format as replay
+    #[clap(short, long)]
+    pub begin: String,
+    /// End time, same format as replay [default: now]
+    #[clap(short, long, group = "time")]
+    pub end: Option<String>,
+    /// Time string specifying the duration, e.g. "10 min"{n}
+    /// Keywords: days min, h, sec{n}
+    /// Relative: {humantime}, e.g. "2 days 3 hr 15m 10sec"
+    #[clap(long, verbatim_doc_comment, group = "time")]
+    pub duration: Option<String>,
+}
+
+impl TimeRange {
+    pub fn resolve(&self) -> Result<(SystemTime, SystemTime)> {
+        // below's parser panics on a bad duration: check it first.
+        if let Some(d) = &self.duration {
+            d.parse::<humantime::Duration>()
+                .with_context(|| format!("Invalid --duration {:?}", d))?;
+        }
+        let (begin, end) = cliutil::system_time_range_from_date_and_adjuster(
+            &self.begin,
+            self.end.as_deref(),
+            self.duration.as_deref(),
+            None,
+        )?;
+        if end < begin {
+            bail!("The end of the time range is before its beginning");
+        }
+        Ok((begin, end))
+    }
+}
+
+/// below's remote flags (`-s/--host`, `--port`).
+#[derive(Debug, clap::Args)]
+pub struct Remote {
+    /// Supply hostname to use a remote store
+    #[clap(short = 's', long)]
+    pub host: Option<String>,
+    /// Override default port to connect to remote
+    #[clap(long, requires("host"))]
+    pub port: Option<u16>,
+}
+
+impl Remote {
+    /// below's open-source store has no remote client and refuses a host
+    /// ("Remote client not supported"): refuse through it, in its words.
+    pub fn refuse(&self) -> Result<()> {
+        match &self.host {
+            None => Ok(()),
+            Some(host) => {
+                store::RemoteStore::new(host.clone(), self.port)?;
+                bail!("Remote client not supported")
+            }
+        }
+    }
+}
+
+#[derive(Debug, clap::Subcommand)]
+pub enum DebugCommand {
+    /// Print the frame recorded at exactly this time
+    DumpStore {
+        /// Time string to dump data for (same format as Replay mode)
+        #[clap(short, long)]
+        time: String,
+        /// Pretty print in JSON
+        #[clap(short, long)]
+        json: bool,
+    },
+    /// Convert frames from an existing store and write them to a new store.
+    /// This can be used to test compression/serialization formats.
+    ConvertStore {
+        #[clap(flatten)]
+        range: TimeRange,
+        /// Store to read [default: config store_dir]
+        #[clap(long)]
+        from_store_dir: Option<PathBuf>,
+        #[clap(long)]
+        to_store_dir: PathBuf,
+        #[clap(flatten)]
+        remote: Remote,
+        #[clap(flatten)]
+        compress_opts: CompressOpts,
+    },
+}
+
+pub fn debug(logger: &slog::Logger, store_dir: PathBuf, cmd: DebugCommand) -> Result<()> {
+    match cmd {
+        DebugCommand::DumpStore { time, json } => {
+            let t = cliutil::system_time_from_date(&time)?;
+            let Some((ts, frame)) =
+                store::read_next_sample(&store_dir, t, store::Direction::Forward, logger.clone())?
+            else {
+                bail!("Data not found for requested timestamp");
+            };
+            if ts != t {
+                bail!("Exact requested timestamp not found (would have used next datapoint)");
+            }
+            if json {
+                println!("{}", serde_json::to_string_pretty(&frame)?);
+            } else {
+                println!("{:#?}", frame);
+            }
+            Ok(())
+        }
+        DebugCommand::ConvertStore {
+            range,
+            from_store_dir,
+            to_store_dir,
+            remote,
+            compress_opts,
+        } => {
+            if from_store_dir.is_some() && remote.host.is_some() {
+                bail!("Only one of --from-store-dir and --host should be specified");
+            }
+            remote.refuse()?;
+            let (begin, end) = range.resolve()?;
+            let from = from_store_dir.unwrap_or(store_dir);
+            let n = bstats_store::snapshot::copy_frames(
+                logger,
+                &mut store::LocalStore::new(logger.clone(), from.clone()),
+                &to_store_dir,
+                compress_opts.mode()?,
+                begin,
+                end,
+            )?;
+            eprintln!(
+                "Done. Copied {} samples from {} to {}.",
+                n,
+                from.display(),
+                to_store_dir.display()
+            );
+            Ok(())
+        }
+    }
+}
+
+pub fn snapshot(
+    logger: &slog::Logger,
+    store_dir: PathBuf,
+    range: TimeRange,
+    output: Option<PathBuf>,
+    remote: Remote,
+) -> Result<()> {
+    remote.refuse()?;
+    let (begin, end) = range.resolve()?;
+    let output = output.unwrap_or_else(|| {
+        // below: a name with the range and a random suffix, in the
+        // current directory.
+        let name = bstats_store::snapshot::default_name(begin, end);
+        PathBuf::from(format!("{}.{:06x}", name, std::process::id()))
+    });
+    let n = bstats_store::snapshot::create(logger, &store_dir, begin, end, &output)?;
+    eprintln!("{} samples", n);
+    println!("Snapshot has been created at {}", output.display());
+    Ok(())
+}

@@ -1,0 +1,186 @@
+//! `below record`: sample every interval into the store, like below's
+//! daemon. A failed sample or store write is logged and recording goes on.
+
+use std::sync::atomic::AtomicBool;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+use std::time::Instant;
+use std::time::SystemTime;
+
+use anyhow::Context;
+use anyhow::Result;
+use slog::debug;
+use slog::error;
+use slog::info;
+use slog::warn;
+
+use crate::Config;
+
+#[derive(Debug, clap::Args)]
+pub struct CompressOpts {
+    /// Enable zstd data file compression
+    ///
+    /// Depending on typical data, expect around 10x smaller data files, and
+    /// more with --dict-compress-chunk-size.
+    #[clap(long)]
+    pub compress: bool,
+    /// Only valid with --compress. A power of two from 2 to 32768.
+    ///
+    /// zstd dictionary compression in aligned chunks of this many frames:
+    /// the first frame of each chunk is the dictionary for the rest.
+    #[clap(long, requires("compress"))]
+    pub dict_compress_chunk_size: Option<u32>,
+}
+
+impl CompressOpts {
+    pub fn mode(&self) -> Result<store::CompressionMode> {
+        bstats_store::compression_mode(self.compress, self.dict_compress_chunk_size)
+    }
+}
+
+#[derive(Debug, clap::Args)]
+pub struct RecordOpts {
+    #[clap(short, long, default_value = "5")]
+    pub interval_s: u64,
+    /// Store retention in seconds. Data is stored in 24 hour shards; a shard
+    /// entirely outside the retention period is discarded.
+    #[clap(long)]
+    pub retain_for_s: Option<u64>,
+    /// Store size limit in bytes: older 24 hour shards are discarded, oldest
+    /// first, to stay under it (the active shard is never discarded)
+    #[clap(long)]
+    pub store_size_limit: Option<u64>,
+    /// Whether or not to collect io.stat for cgroups which could be expensive
+    #[clap(long)]
+    pub collect_io_stat: bool,
+    /// Port for remote viewing (below's open-source build serves none;
+    /// accepted for compatibility)
+    #[clap(long)]
+    pub port: Option<u16>,
+    /// Threshold for how long data collection takes to trigger warnings
+    #[clap(long, default_value = "500")]
+    pub skew_detection_threshold_ms: u64,
+    /// Flag to disable disk_stat collection
+    #[clap(long)]
+    pub disable_disk_stat: bool,
+    /// Flag to disable eBPF-based exitstats
+    #[clap(long)]
+    pub disable_exitstats: bool,
+    /// Stop after this many samples (default: run until interrupted)
+    #[clap(long)]
+    pub count: Option<u64>,
+    #[clap(flatten)]
+    pub compress_opts: CompressOpts,
+}
+
+static STOP: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_stop_signal(_: libc::c_int) {
+    STOP.store(true, Ordering::SeqCst);
+}
+
+/// Sleeps until `deadline` or a stop signal.
+fn sleep_until(deadline: Instant) {
+    while !STOP.load(Ordering::SeqCst) {
+        let now = Instant::now();
+        if now >= deadline {
+            return;
+        }
+        std::thread::sleep((deadline - now).min(Duration::from_millis(100)));
+    }
+}
+
+/// below's skew warning: a collection slower than the threshold.
+fn check_skew(logger: &slog::Logger, took: Duration, threshold: Duration) {
+    if took >= threshold {
+        warn!(
+            logger,
+            "data collection took {} ms (>= {} ms)",
+            took.as_millis(),
+            threshold.as_millis()
+        );
+    }
+}
+
+pub fn record(logger: &slog::Logger, cfg: &Config, opts: RecordOpts) -> Result<()> {
+    let interval = Duration::from_secs(opts.interval_s);
+    let skew_threshold = Duration::from_millis(opts.skew_detection_threshold_ms);
+    let mode = opts.compress_opts.mode()?;
+    if let Some(port) = opts.port {
+        info!(
+            logger,
+            "--port {}: no remote viewing server in this build (as in below's open-source build)",
+            port
+        );
+    }
+    // Probe and plan before touching the store: a forced backend the kernel
+    // lacks must not leave an empty store behind.
+    let mut collector = crate::new_collector(
+        logger,
+        cfg,
+        interval,
+        crate::CollectOpts {
+            collect_io_stat: opts.collect_io_stat,
+            disable_disk_stat: opts.disable_disk_stat,
+            disable_exitstats: opts.disable_exitstats,
+        },
+    )?;
+    let store_dir = &cfg.below.store_dir;
+    let mut recorder = bstats_store::Recorder::new(
+        logger.clone(),
+        store_dir,
+        mode,
+        opts.retain_for_s.map(Duration::from_secs),
+        opts.store_size_limit,
+    )?;
+    bstats_store::append_backend_record(
+        store_dir,
+        &bstats_store::BackendRecord {
+            since: SystemTime::now()
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .unwrap_or_default()
+                .as_secs(),
+            kernel: crate::kernel_release(),
+            cgroup_root: cfg.cgroup_root.clone(),
+            plan: collector.cgroups().plan().clone(),
+        },
+    )?;
+    use nix::sys::signal::signal;
+    use nix::sys::signal::SigHandler;
+    use nix::sys::signal::Signal;
+    for sig in [Signal::SIGINT, Signal::SIGTERM] {
+        // SAFETY: the handler only stores to an atomic.
+        unsafe { signal(sig, SigHandler::Handler(on_stop_signal)) }
+            .context("Failed to install signal handler")?;
+    }
+    info!(
+        logger,
+        "Recording to {} every {:?}",
+        store_dir.display(),
+        interval
+    );
+    let mut n = 0u64;
+    while !STOP.load(Ordering::SeqCst) && opts.count.is_none_or(|c| n < c) {
+        let start = Instant::now();
+        let sample = collector.collect_sample();
+        let t = SystemTime::now();
+        check_skew(logger, start.elapsed(), skew_threshold);
+        match sample {
+            Ok(sample) => {
+                if recorder.put(t, sample) {
+                    debug!(logger, "sample {} written; times {:?}", n, collector.times);
+                }
+            }
+            // below skips a failed sample and keeps recording.
+            Err(e) => error!(logger, "Sample skipped: {:#}", e),
+        }
+        n += 1;
+        if opts.count.is_some_and(|c| n >= c) {
+            break;
+        }
+        // As below: at least 1 s apart, the store's time resolution.
+        sleep_until((start + interval).max(Instant::now() + Duration::from_secs(1)));
+    }
+    info!(logger, "Recorded {} samples", n);
+    Ok(())
+}
