@@ -9,7 +9,10 @@ use std::process::Output;
 use std::time::Duration;
 use std::time::Instant;
 
-const BELOW: &str = env!("CARGO_BIN_EXE_below");
+mod common;
+
+use common::Env;
+use common::BELOW;
 
 /// A test cgroup with two children under the host's cgroup2 mount.
 struct TestCgroups {
@@ -33,62 +36,6 @@ impl Drop for TestCgroups {
         for d in ["web", "db", ""] {
             let _ = fs::remove_dir(self.top.join(d));
         }
-    }
-}
-
-/// A private config (log and store dirs in a tempdir).
-struct Env {
-    dir: tempfile::TempDir,
-}
-
-impl Env {
-    fn new() -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        fs::write(
-            dir.path().join("below.conf"),
-            format!(
-                "log_dir = {:?}\nstore_dir = {:?}\n",
-                dir.path().join("log"),
-                dir.path().join("store")
-            ),
-        )
-        .unwrap();
-        Env { dir }
-    }
-
-    fn store(&self) -> PathBuf {
-        self.dir.path().join("store")
-    }
-
-    fn below(&self, args: &[&str]) -> Command {
-        let mut c = Command::new(BELOW);
-        c.arg("--config").arg(self.dir.path().join("below.conf"));
-        c.args(args);
-        c
-    }
-
-    fn run(&self, args: &[&str]) -> Output {
-        let out = self.below(args).output().unwrap();
-        assert!(
-            out.status.success(),
-            "below {:?} failed: {}",
-            args,
-            String::from_utf8_lossy(&out.stderr)
-        );
-        out
-    }
-
-    /// The shell command line for tmux.
-    fn command_line(&self, args: &[&str]) -> String {
-        let mut s = format!(
-            "{} --config {}",
-            BELOW,
-            self.dir.path().join("below.conf").display()
-        );
-        for a in args {
-            s.push_str(&format!(" '{}'", a));
-        }
-        s
     }
 }
 
