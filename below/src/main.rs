@@ -22,6 +22,8 @@ use slog::info;
 use slog::o;
 use slog::Drain;
 
+#[cfg(test)]
+mod cli_parity;
 mod generate;
 mod history;
 mod record;
