@@ -352,27 +352,37 @@ impl Below09 {
     }
 }
 
-/// `dump <kind>` of a snapshot over [begin, end], by `dumper`.
+/// `dump <kind>` of a snapshot (or, with None, of the store) over
+/// [begin, end], by `dumper`.
 fn dump_snapshot(
     dumper: &dyn Fn(&[&str]) -> std::process::Output,
-    snapshot: &Path,
+    snapshot: Option<&Path>,
     kind: &str,
     begin: u64,
     end: u64,
 ) -> String {
-    let out = dumper(&[
-        "dump",
-        "--snapshot",
-        snapshot.to_str().unwrap(),
-        kind,
-        "-b",
-        &begin.to_string(),
-        "-e",
-        &end.to_string(),
-        "--everything",
-        "-O",
-        "json",
-    ]);
+    let snapshot = snapshot.map(|s| s.to_str().unwrap());
+    let from = match &snapshot {
+        Some(s) => vec!["--snapshot", s],
+        None => vec![],
+    };
+    let out = dumper(
+        &[
+            &["dump"][..],
+            &from,
+            &[
+                kind,
+                "-b",
+                &begin.to_string(),
+                "-e",
+                &end.to_string(),
+                "--everything",
+                "-O",
+                "json",
+            ],
+        ]
+        .concat(),
+    );
     String::from_utf8(out.stdout).unwrap()
 }
 
@@ -402,10 +412,12 @@ fn snapshots_interoperate_with_below_0_9() {
         ours.to_str().unwrap(),
     ]);
     for kind in ["system", "cgroup", "process"] {
-        let by_ours = dump_snapshot(&|a| env.run(a), &ours, kind, begin, end);
-        let by_b09 = dump_snapshot(&|a| b09.run(a), &ours, kind, begin, end);
+        let by_ours = dump_snapshot(&|a| env.run(a), Some(&ours), kind, begin, end);
+        let by_b09 = dump_snapshot(&|a| b09.run(a), Some(&ours), kind, begin, end);
         assert!(rows(&by_ours) >= 3, "{} rows: {}", kind, by_ours);
         assert_eq!(by_ours, by_b09, "dump {} of our snapshot differs", kind);
+        let store = dump_snapshot(&|a| env.run(a), None, kind, begin, end);
+        assert_eq!(by_ours, store, "dump {}: our snapshot != our store", kind);
     }
 
     // below 0.9 records (until stopped: it has no --count) and snapshots.
@@ -442,12 +454,18 @@ fn snapshots_interoperate_with_below_0_9() {
         theirs.to_str().unwrap(),
     ]);
     for kind in ["system", "cgroup", "process"] {
-        let by_ours = dump_snapshot(&|a| env.run(a), &theirs, kind, begin, end);
-        let by_b09 = dump_snapshot(&|a| b09.run(a), &theirs, kind, begin, end);
+        let by_ours = dump_snapshot(&|a| env.run(a), Some(&theirs), kind, begin, end);
+        let by_b09 = dump_snapshot(&|a| b09.run(a), Some(&theirs), kind, begin, end);
         assert!(rows(&by_b09) >= 3, "{} rows: {}", kind, by_b09);
         assert_eq!(
             by_ours, by_b09,
             "dump {} of below 0.9's snapshot differs",
+            kind
+        );
+        let store = dump_snapshot(&|a| b09.run(a), None, kind, begin, end);
+        assert_eq!(
+            by_ours, store,
+            "dump {}: below 0.9's snapshot != its store",
             kind
         );
     }
