@@ -12,7 +12,6 @@ use std::time::Instant;
 mod common;
 
 use common::Env;
-use common::BELOW;
 
 /// A test cgroup with two children under the host's cgroup2 mount.
 struct TestCgroups {

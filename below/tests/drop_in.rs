@@ -470,3 +470,57 @@ fn snapshots_interoperate_with_below_0_9() {
         );
     }
 }
+
+#[test]
+fn debug_dump_store_and_convert_store() {
+    let env = Env::new();
+    let begin = now_secs();
+    env.run(&["record", "-i", "1", "--count", "3"]);
+    let end = now_secs();
+    let times = sample_times(&env, begin, end);
+    assert!(times.len() >= 2, "{:?}", times);
+
+    let out = env.run(&["debug", "dump-store", "-t", &times[0].to_string(), "-j"]);
+    let frame: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(frame["sample"]["cgroup"].is_object(), "{}", frame);
+    let out = env
+        .below(&["debug", "dump-store", "-t", &(begin - 3600).to_string()])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(stderr_of(&out).contains("Exact requested timestamp not found"));
+
+    let to = env.dir().join("converted");
+    env.run(&[
+        "debug",
+        "convert-store",
+        "-b",
+        &begin.to_string(),
+        "-e",
+        &end.to_string(),
+        "--to-store-dir",
+        to.to_str().unwrap(),
+        "--compress",
+        "--dict-compress-chunk-size",
+        "2",
+    ]);
+    let dump = |store: &Path| {
+        let out = env.run(&[
+            "--store-dir",
+            store.to_str().unwrap(),
+            "dump",
+            "cgroup",
+            "-b",
+            &begin.to_string(),
+            "-e",
+            &end.to_string(),
+            "--everything",
+            "-O",
+            "json",
+        ]);
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let original = dump(&env.store());
+    assert!(rows(&original) >= 2, "{}", original);
+    assert_eq!(original, dump(&to), "the converted store dumps the same");
+}

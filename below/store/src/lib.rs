@@ -330,4 +330,47 @@ mod test {
             .expect("the sample after the removal");
         assert_eq!(frame.sample.cgroup.memory_current, Some(7));
     }
+
+    fn shards(dir: &Path) -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with("index_"))
+            .collect();
+        v.sort();
+        v
+    }
+
+    #[test]
+    fn retention_and_size_limit_drop_old_shards() {
+        let d = tempfile::tempdir().unwrap();
+        let logger = slog::Logger::root(slog::Discard, slog::o!());
+        let day = Duration::from_secs(86400);
+        // Days ahead: the writer also opens today's shard, which must be the
+        // oldest.
+        let t0 = SystemTime::now() + day;
+        let shard = |i: u32| {
+            let secs = (t0 + day * i)
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .unwrap()
+                .as_secs();
+            format!("index_{:011}", secs - secs % 86400)
+        };
+        let dir = d.path().join("retention");
+        let mut r =
+            Recorder::new(logger.clone(), &dir, CompressionMode::None, Some(day), None).unwrap();
+        for i in 0..4 {
+            assert!(r.put(t0 + day * i, model::Sample::default()));
+        }
+        // At day 3, day 2's shard still holds samples newer than a day ago.
+        assert_eq!(shards(&dir), [shard(2), shard(3)]);
+
+        let dir = d.path().join("size");
+        let mut r = Recorder::new(logger, &dir, CompressionMode::None, None, Some(1)).unwrap();
+        for i in 0..3 {
+            assert!(r.put(t0 + day * i, model::Sample::default()));
+        }
+        assert_eq!(shards(&dir), [shard(2)], "only the active shard");
+        assert!(r.over_size_limit);
+    }
 }
