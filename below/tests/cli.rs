@@ -142,6 +142,27 @@ fn record_then_dump_and_replay_show_test_cgroups() {
 }
 
 #[test]
+fn replay_from_a_snapshot() {
+    let cg = TestCgroups::new("snap");
+    let env = Env::new();
+    env.run(&["record", "--interval-s", "1", "--count", "3"]);
+    let snap = env.store().with_file_name("test.snapshot");
+    env.run(&["snapshot", "-b", "2m ago", "-o", snap.to_str().unwrap()]);
+    // The store is gone: replay reads the snapshot alone.
+    fs::remove_dir_all(env.store()).unwrap();
+    let tmux = Tmux::start(&env.command_line(&[
+        "replay",
+        "--time",
+        "2m ago",
+        "--snapshot",
+        snap.to_str().unwrap(),
+    ]));
+    let screen = tmux.wait_for(&["replay", &cg.name], Duration::from_secs(20));
+    assert_shows(&screen, &["replay", "Name", &cg.name, "web", "db"]);
+    let _ = tmux.tmux(&["send-keys", "q"]);
+}
+
+#[test]
 fn live_shows_cgroup_view() {
     let cg = TestCgroups::new("live");
     let env = Env::new();
