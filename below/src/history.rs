@@ -21,10 +21,8 @@ pub struct TimeRange {
     /// End time, same format as replay [default: now]
     #[clap(short, long, group = "time")]
     pub end: Option<String>,
-    /// Time string specifying the duration, e.g. "10 min"{n}
-    /// Keywords: days min, h, sec{n}
-    /// Relative: {humantime}, e.g. "2 days 3 hr 15m 10sec"
-    #[clap(long, verbatim_doc_comment, group = "time")]
+    /// Duration instead of --end, e.g. "10 min", "2 days 3 hr 15m 10sec"
+    #[clap(long, group = "time")]
     pub duration: Option<String>,
 }
 

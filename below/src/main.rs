@@ -44,14 +44,14 @@ struct Opt {
     /// Where cgroup stats come from: bpf (iterator + kfuncs), stream
     /// (kernel-flushed *.stat.stream files), read (text files), or auto (per
     /// file, the first that works in that order). Config key: cgroup_backend.
-    #[clap(long, global = true)]
+    #[clap(long, global = true, display_order = 100)]
     cgroup_backend: Option<BackendChoice>,
     /// cgroup2 directory to sample [default: config cgroup_root, else the
     /// cgroup2 mount found in /proc/self/mountinfo]
-    #[clap(long, global = true)]
+    #[clap(long, global = true, display_order = 100)]
     cgroup_root: Option<PathBuf>,
     /// Store directory [default: config store_dir]
-    #[clap(long, global = true)]
+    #[clap(long, global = true, display_order = 100)]
     store_dir: Option<PathBuf>,
     #[clap(subcommand)]
     cmd: Option<Command>,
