@@ -7,6 +7,8 @@ use std::path::Path;
 use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::sync::Mutex;
 use std::time::Duration;
 use std::time::Instant;
 use std::time::SystemTime;
@@ -68,6 +70,9 @@ enum Command {
     Live {
         #[clap(short, long, default_value = "5")]
         interval_s: u64,
+        /// Flag to disable eBPF-based exitstats
+        #[clap(long)]
+        disable_exitstats: bool,
     },
     /// Record local system data (daemon mode)
     Record {
@@ -85,6 +90,9 @@ enum Command {
         /// Disable disk stat collection
         #[clap(long)]
         disable_disk_stat: bool,
+        /// Flag to disable eBPF-based exitstats
+        #[clap(long)]
+        disable_exitstats: bool,
         /// Stop after this many samples (default: run until interrupted)
         #[clap(long)]
         count: Option<u64>,
@@ -216,9 +224,14 @@ fn cgroup_options(
     })
 }
 
-fn below_options(cfg: &Config, disable_disk_stat: bool) -> model::CollectorOptions {
+fn below_options(
+    cfg: &Config,
+    disable_disk_stat: bool,
+    exit_data: Arc<Mutex<procfs::PidMap>>,
+) -> model::CollectorOptions {
     let b = &cfg.below;
     model::CollectorOptions {
+        exit_data,
         disable_disk_stat,
         enable_btrfs_stats: b.enable_btrfs_stats,
         enable_ethtool_stats: b.enable_ethtool_stats,
@@ -236,11 +249,12 @@ fn new_collector(
     interval: Duration,
     collect_io_stat: bool,
     disable_disk_stat: bool,
+    exit_data: Arc<Mutex<procfs::PidMap>>,
 ) -> Result<bstats_model::Collector> {
     let c = bstats_model::Collector::new(
         logger.clone(),
         &cgroup_options(cfg, collect_io_stat, Some(interval))?,
-        below_options(cfg, disable_disk_stat),
+        below_options(cfg, disable_disk_stat, exit_data),
     )?;
     info!(
         logger,
@@ -277,6 +291,8 @@ fn sleep_until(deadline: Instant) {
 
 fn record(logger: &slog::Logger, cfg: &Config, interval: Duration, args: RecordArgs) -> Result<()> {
     let mode = bstats_store::compression_mode(args.compress, args.dict_chunk)?;
+    // Kept until recording ends: it fills the collector's exit_data.
+    let exits = bstats_exitstats::setup(logger, !args.disable_exitstats);
     // Probe and plan before touching the store: a forced backend the kernel
     // lacks must not leave an empty store behind.
     let mut collector = new_collector(
@@ -285,6 +301,7 @@ fn record(logger: &slog::Logger, cfg: &Config, interval: Duration, args: RecordA
         interval,
         args.collect_io_stat,
         args.disable_disk_stat,
+        exits.data.clone(),
     )?;
     let store_dir = &cfg.below.store_dir;
     let mut recorder = bstats_store::Recorder::new(
@@ -344,6 +361,7 @@ struct RecordArgs {
     store_size_limit: Option<u64>,
     collect_io_stat: bool,
     disable_disk_stat: bool,
+    disable_exitstats: bool,
     count: Option<u64>,
     compress: bool,
     dict_chunk: Option<u32>,
@@ -392,16 +410,34 @@ fn backends(cfg: &Config, now: bool, json: bool) -> Result<()> {
 fn run(opt: Opt) -> Result<()> {
     let cfg = load_config(&opt)?;
     let store_dir = cfg.below.store_dir.clone();
-    match opt.cmd.unwrap_or(Command::Live { interval_s: 5 }) {
-        Command::Live { interval_s } => {
+    match opt.cmd.unwrap_or(Command::Live {
+        interval_s: 5,
+        disable_exitstats: false,
+    }) {
+        Command::Live {
+            interval_s,
+            disable_exitstats,
+        } => {
             let logger = tui_logger(&cfg.below.log_dir, cfg.debug)?;
             // Fail before the TUI starts if the root is unusable.
             cgroup_options(&cfg, true, None)?;
             let thread_logger = logger.clone();
             let interval = Duration::from_secs(interval_s);
             bstats_view::run_live(logger, store_dir, interval, move || {
-                let mut c = new_collector(&thread_logger, &cfg, interval, true, false)?;
-                Ok(move || c.collect_and_update_model().map(|(_, m)| m))
+                let exits = bstats_exitstats::setup(&thread_logger, !disable_exitstats);
+                let mut c = new_collector(
+                    &thread_logger,
+                    &cfg,
+                    interval,
+                    true,
+                    false,
+                    exits.data.clone(),
+                )?;
+                Ok(move || {
+                    // Keeps exitstats running as long as the view samples.
+                    let _running = &exits;
+                    c.collect_and_update_model().map(|(_, m)| m)
+                })
             })
         }
         Command::Record {
@@ -410,6 +446,7 @@ fn run(opt: Opt) -> Result<()> {
             store_size_limit,
             collect_io_stat,
             disable_disk_stat,
+            disable_exitstats,
             count,
             compress_opts,
         } => record(
@@ -421,6 +458,7 @@ fn run(opt: Opt) -> Result<()> {
                 store_size_limit,
                 collect_io_stat,
                 disable_disk_stat,
+                disable_exitstats,
                 count,
                 compress: compress_opts.compress,
                 dict_chunk: compress_opts.dict_compress_chunk_size,
