@@ -291,8 +291,7 @@ fn sleep_until(deadline: Instant) {
 
 fn record(logger: &slog::Logger, cfg: &Config, interval: Duration, args: RecordArgs) -> Result<()> {
     let mode = bstats_store::compression_mode(args.compress, args.dict_chunk)?;
-    // Kept until recording ends: it fills the collector's exit_data.
-    let exits = bstats_exitstats::setup(logger, !args.disable_exitstats);
+    let exit_data = Arc::default();
     // Probe and plan before touching the store: a forced backend the kernel
     // lacks must not leave an empty store behind.
     let mut collector = new_collector(
@@ -301,8 +300,10 @@ fn record(logger: &slog::Logger, cfg: &Config, interval: Duration, args: RecordA
         interval,
         args.collect_io_stat,
         args.disable_disk_stat,
-        exits.data.clone(),
+        Arc::clone(&exit_data),
     )?;
+    // Kept until recording ends: it fills the collector's exit_data.
+    let _exits = bstats_exitstats::setup(logger, !args.disable_exitstats, exit_data);
     let store_dir = &cfg.below.store_dir;
     let mut recorder = bstats_store::Recorder::new(
         logger.clone(),
@@ -424,15 +425,16 @@ fn run(opt: Opt) -> Result<()> {
             let thread_logger = logger.clone();
             let interval = Duration::from_secs(interval_s);
             bstats_view::run_live(logger, store_dir, interval, move || {
-                let exits = bstats_exitstats::setup(&thread_logger, !disable_exitstats);
+                let exit_data = Arc::default();
                 let mut c = new_collector(
                     &thread_logger,
                     &cfg,
                     interval,
                     true,
                     false,
-                    exits.data.clone(),
+                    Arc::clone(&exit_data),
                 )?;
+                let exits = bstats_exitstats::setup(&thread_logger, !disable_exitstats, exit_data);
                 Ok(move || {
                     // Keeps exitstats running as long as the view samples.
                     let _running = &exits;

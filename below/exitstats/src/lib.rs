@@ -64,17 +64,16 @@ fn keep_last_libbpf_message(_: PrintLevel, msg: String) {
 
 /// The running program: exits land in [`ExitStats::data`] until dropped.
 pub struct ExitStats {
-    data: Arc<Mutex<procfs::PidMap>>,
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
 }
 
 impl ExitStats {
     /// Probes what the program needs, loads and attaches it, and starts
-    /// the thread that drains its ring buffer. Err says why it cannot run.
-    pub fn start(logger: slog::Logger) -> Result<Self> {
+    /// the thread that drains its ring buffer into `data`. Err says why it
+    /// cannot run.
+    pub fn start(logger: slog::Logger, data: Arc<Mutex<procfs::PidMap>>) -> Result<Self> {
         probe()?;
-        let data = Arc::new(Mutex::new(procfs::PidMap::new()));
         let stop = Arc::new(AtomicBool::new(false));
         let (ready_tx, ready_rx) = mpsc::channel();
         let (d, s) = (data.clone(), stop.clone());
@@ -84,7 +83,6 @@ impl ExitStats {
             .context("Failed to start the exitstats thread")?;
         match ready_rx.recv() {
             Ok(Ok(())) => Ok(ExitStats {
-                data,
                 stop,
                 thread: Some(thread),
             }),
@@ -98,11 +96,6 @@ impl ExitStats {
             }
         }
     }
-
-    /// The map below-model drains each sample (`CollectorOptions::exit_data`).
-    pub fn data(&self) -> Arc<Mutex<procfs::PidMap>> {
-        self.data.clone()
-    }
 }
 
 impl Drop for ExitStats {
@@ -114,42 +107,34 @@ impl Drop for ExitStats {
     }
 }
 
-/// What `record`/`live` keep while collecting: below's `exit_data` and,
-/// when it runs, the program filling it.
-pub struct Exits {
-    pub data: Arc<Mutex<procfs::PidMap>>,
-    _running: Option<ExitStats>,
-}
-
-/// Starts exitstats unless `enabled` is false; logs once whether it runs
-/// and, if not, why. Never fails: without it, below shows only the
-/// processes alive at each sample.
-pub fn setup(logger: &slog::Logger, enabled: bool) -> Exits {
-    let off = |_running| Exits {
-        data: Default::default(),
-        _running,
-    };
+/// Starts exitstats filling `data` (below-model's
+/// `CollectorOptions::exit_data`, drained each sample) unless `enabled` is
+/// false; logs once whether it runs and, if not, why. Never fails: without
+/// it, below shows only the processes alive at each sample. Keep the
+/// result while collecting.
+pub fn setup(
+    logger: &slog::Logger,
+    enabled: bool,
+    data: Arc<Mutex<procfs::PidMap>>,
+) -> Option<ExitStats> {
     if !enabled {
         info!(logger, "exitstats: off (--disable-exitstats)");
-        return off(None);
+        return None;
     }
-    match ExitStats::start(logger.clone()) {
+    match ExitStats::start(logger.clone(), data) {
         Ok(x) => {
             info!(
                 logger,
                 "exitstats: on (BPF tp_btf/sched_process_exit): processes that exit between samples are kept"
             );
-            Exits {
-                data: x.data(),
-                _running: Some(x),
-            }
+            Some(x)
         }
         Err(e) => {
             warn!(
                 logger,
                 "exitstats: off, processes that exit between samples will be missing: {:#}", e
             );
-            off(None)
+            None
         }
     }
 }

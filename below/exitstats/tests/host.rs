@@ -18,7 +18,8 @@ fn children_cpu_usecs() -> i64 {
 #[test]
 fn catches_a_short_lived_process_with_its_cpu_time() {
     let logger = slog::Logger::root(slog::Discard, slog::o!());
-    let exits = bstats_exitstats::ExitStats::start(logger)
+    let data = std::sync::Arc::default();
+    let _exits = bstats_exitstats::ExitStats::start(logger, std::sync::Arc::clone(&data))
         .expect("exitstats must load as root on a kernel with BTF");
     let before = children_cpu_usecs();
     let status = Command::new("sh")
@@ -31,7 +32,7 @@ fn catches_a_short_lived_process_with_its_cpu_time() {
 
     let deadline = Instant::now() + Duration::from_secs(10);
     let info = loop {
-        if let Some(i) = exits.data().lock().unwrap().remove(&pid) {
+        if let Some(i) = data.lock().unwrap().remove(&pid) {
             break i;
         }
         assert!(Instant::now() < deadline, "no exit event for pid {pid}");
