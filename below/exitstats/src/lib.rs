@@ -11,8 +11,8 @@
 //! (a reused pid's later exit overwrites the earlier one).
 //!
 //! Fails soft: [`setup`] logs once why exitstats cannot run (no BTF, no
-//! such tracepoint, no ring buffer, not permitted, verifier) and returns a
-//! map nothing fills.
+//! such tracepoint, no ring buffer, not permitted, verifier); the
+//! collector's map then stays empty.
 
 mod raw;
 
@@ -62,7 +62,8 @@ fn keep_last_libbpf_message(_: PrintLevel, msg: String) {
     *LIBBPF_LAST.lock().unwrap_or_else(|e| e.into_inner()) = Some(msg.trim_end().to_owned());
 }
 
-/// The running program: exits land in [`ExitStats::data`] until dropped.
+/// The running program: exits land in the map given to
+/// [`ExitStats::start`] until it is dropped.
 pub struct ExitStats {
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
@@ -76,10 +77,10 @@ impl ExitStats {
         probe()?;
         let stop = Arc::new(AtomicBool::new(false));
         let (ready_tx, ready_rx) = mpsc::channel();
-        let (d, s) = (data.clone(), stop.clone());
+        let s = stop.clone();
         let thread = std::thread::Builder::new()
             .name("exitstats".into())
-            .spawn(move || drain(logger, d, s, ready_tx))
+            .spawn(move || drain(logger, data, s, ready_tx))
             .context("Failed to start the exitstats thread")?;
         match ready_rx.recv() {
             Ok(Ok(())) => Ok(ExitStats {
@@ -184,7 +185,7 @@ fn load_error(e: libbpf_rs::Error) -> anyhow::Error {
 /// thread's stack), reports readiness, then drains until told to stop.
 fn drain(
     logger: slog::Logger,
-    data: Arc<Mutex<procfs::PidMap>>,
+    sink: Arc<Mutex<procfs::PidMap>>,
     stop: Arc<AtomicBool>,
     ready: mpsc::Sender<Result<()>>,
 ) {
@@ -211,7 +212,6 @@ fn drain(
             return;
         }
     };
-    let sink = data.clone();
     let mut builder = RingBufferBuilder::new();
     let added = builder.add(&skel.maps.events, move |bytes: &[u8]| {
         if let Some(e) = raw::event(bytes) {
