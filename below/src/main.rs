@@ -5,6 +5,8 @@
 
 use std::path::Path;
 use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::Mutex;
 use std::time::Duration;
 use std::time::SystemTime;
 
@@ -257,9 +259,14 @@ struct CollectOpts {
     disable_exitstats: bool,
 }
 
-fn below_options(cfg: &Config, opts: CollectOpts) -> model::CollectorOptions {
+fn below_options(
+    cfg: &Config,
+    opts: CollectOpts,
+    exit_data: Arc<Mutex<procfs::PidMap>>,
+) -> model::CollectorOptions {
     let b = &cfg.below;
     model::CollectorOptions {
+        exit_data,
         disable_disk_stat: opts.disable_disk_stat,
         enable_btrfs_stats: b.enable_btrfs_stats,
         enable_ethtool_stats: b.enable_ethtool_stats,
@@ -276,11 +283,12 @@ fn new_collector(
     cfg: &Config,
     interval: Duration,
     opts: CollectOpts,
-) -> Result<bstats_model::Collector> {
+) -> Result<(bstats_model::Collector, Option<bstats_exitstats::ExitStats>)> {
+    let exit_data = Arc::default();
     let c = bstats_model::Collector::new(
         logger.clone(),
         &cgroup_options(cfg, opts.collect_io_stat, Some(interval))?,
-        below_options(cfg, opts),
+        below_options(cfg, opts, Arc::clone(&exit_data)),
     )?;
     info!(
         logger,
@@ -289,8 +297,9 @@ fn new_collector(
         cfg.backend,
         c.cgroups().plan()
     );
-    debug!(logger, "exitstats wanted: {}", !opts.disable_exitstats);
-    Ok(c)
+    // After the collector: a probe that fails must stay the one error line.
+    let exits = bstats_exitstats::setup(logger, !opts.disable_exitstats, exit_data);
+    Ok((c, exits))
 }
 
 fn kernel_release() -> String {
@@ -378,8 +387,12 @@ fn run(opt: Opt) -> Result<()> {
                 disable_exitstats,
             };
             bstats_view::run_live(logger, store_dir, interval, move || {
-                let mut c = new_collector(&thread_logger, &cfg, interval, opts)?;
-                Ok(move || c.collect_and_update_model().map(|(_, m)| m))
+                let (mut c, exits) = new_collector(&thread_logger, &cfg, interval, opts)?;
+                Ok(move || {
+                    // Keeps exitstats running as long as the view samples.
+                    let _running = &exits;
+                    c.collect_and_update_model().map(|(_, m)| m)
+                })
             })
         }
         Command::Record(opts) => record::record(&stderr_logger(cfg.debug), &cfg, opts),

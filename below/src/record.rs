@@ -115,7 +115,8 @@ pub fn record(logger: &slog::Logger, cfg: &Config, opts: RecordOpts) -> Result<(
     }
     // Probe and plan before touching the store: a forced backend the kernel
     // lacks must not leave an empty store behind.
-    let mut collector = crate::new_collector(
+    // `_exits` is kept until recording ends: it fills the collector's exit_data.
+    let (mut collector, _exits) = crate::new_collector(
         logger,
         cfg,
         interval,

@@ -1,0 +1,51 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * The event the exit program submits to the ring buffer, one per process
+ * (thread group) when its last thread exits. Rust reads it as the
+ * skeleton's generated `types::exit_event` (from this object's BTF), so
+ * the layout and array sizes are stated here only.
+ */
+#ifndef EXITSTATS_H
+#define EXITSTATS_H
+
+/* Cgroup path kept per event: levels below the root, leaf first. */
+#define CGROUP_DEPTH 16
+#define CGROUP_NAME_LEN 64
+
+/* In BTF (an enum, unlike a #define), so Rust reads the same values. */
+enum exit_flags {
+	/* read_bytes/write_bytes are set (CONFIG_TASK_IO_ACCOUNTING). */
+	EXIT_HAS_IO = 1,
+	/* The cgroup path did not fit (deeper or longer names): unknown. */
+	EXIT_CGROUP_TRUNCATED = 2,
+};
+
+struct cgroup_name {
+	char name[CGROUP_NAME_LEN];
+};
+
+struct exit_event {
+	__s32 pid; /* tgid */
+	__s32 ppid;
+	__s32 pgrp;
+	__s32 sid;
+	__s32 cpu;
+	__u32 nr_threads;
+	/* Tick-sampled user/system split and the exact runtime (ns); user
+	 * space scales the split to the runtime as /proc/PID/stat does. */
+	__u64 utime_ns;
+	__u64 stime_ns;
+	__u64 runtime_ns;
+	__u64 min_flt;
+	__u64 maj_flt;
+	__u64 read_bytes;
+	__u64 write_bytes;
+	/* Boot time at exit minus the process's start (ns). */
+	__u64 age_ns;
+	enum exit_flags flags; /* a set of them */
+	__u32 cgroup_levels;
+	char comm[16];
+	struct cgroup_name cgroup_names[CGROUP_DEPTH];
+};
+
+#endif
