@@ -4,6 +4,7 @@
 
 mod bpf;
 mod collector;
+mod fd;
 mod files;
 mod mount;
 pub mod parse;

@@ -21,6 +21,8 @@ use cgroupfs::MemoryNumaStat;
 use cgroupfs::MemoryStat;
 use cgroupfs::PressureMetrics;
 
+use crate::bpf::contract;
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ParseError {
     /// 1-based line number; 0 when the file as a whole is at fault.
@@ -199,51 +201,12 @@ macro_rules! set_named_field {
 
 /// Sets one memory.stat field by its key; false for a key below does not keep.
 pub fn set_memory_stat(s: &mut MemoryStat, key: &str, v: u64) -> bool {
-    set_named_field!(
-        s,
-        key,
-        v,
-        [
-            anon,
-            file,
-            kernel,
-            kernel_stack,
-            slab,
-            sock,
-            shmem,
-            zswap,
-            zswapped,
-            file_mapped,
-            file_dirty,
-            file_writeback,
-            anon_thp,
-            inactive_anon,
-            active_anon,
-            inactive_file,
-            active_file,
-            unevictable,
-            slab_reclaimable,
-            slab_unreclaimable,
-            pgfault,
-            pgmajfault,
-            workingset_refault_anon,
-            workingset_refault_file,
-            workingset_activate_anon,
-            workingset_activate_file,
-            workingset_restore_anon,
-            workingset_restore_file,
-            workingset_nodereclaim,
-            pgrefill,
-            pgscan,
-            pgsteal,
-            pgactivate,
-            pgdeactivate,
-            pglazyfree,
-            pglazyfreed,
-            thp_fault_alloc,
-            thp_collapse_alloc,
-        ]
-    )
+    set(contract::memory_stat_field(s, key), v)
+}
+
+/// Sets a looked-up field; false when the key named none.
+fn set(field: Option<&mut Option<u64>>, v: u64) -> bool {
+    field.map(|f| *f = Some(v)).is_some()
 }
 
 pub fn set_cpu_stat(s: &mut CpuStat, key: &str, v: u64) -> bool {
@@ -263,11 +226,11 @@ pub fn set_cpu_stat(s: &mut CpuStat, key: &str, v: u64) -> bool {
 }
 
 pub fn set_memory_events(s: &mut MemoryEvents, key: &str, v: u64) -> bool {
-    set_named_field!(s, key, v, [low, high, max, oom, oom_kill])
+    set(contract::memory_events_field(s, key), v)
 }
 
 pub fn set_memory_events_local(s: &mut MemoryEventsLocal, key: &str, v: u64) -> bool {
-    set_named_field!(s, key, v, [low, high, max, oom, oom_kill])
+    set(contract::memory_events_local_field(s, key), v)
 }
 
 fn set_cgroup_stat(s: &mut CgroupStat, key: &str, v: u64) -> bool {
@@ -278,39 +241,7 @@ fn set_cgroup_stat(s: &mut CgroupStat, key: &str, v: u64) -> bool {
 }
 
 fn set_numa_stat(s: &mut MemoryNumaStat, key: &str, v: u64) -> bool {
-    set_named_field!(
-        s,
-        key,
-        v,
-        [
-            anon,
-            file,
-            kernel_stack,
-            pagetables,
-            shmem,
-            file_mapped,
-            file_dirty,
-            file_writeback,
-            swapcached,
-            anon_thp,
-            file_thp,
-            shmem_thp,
-            inactive_anon,
-            active_anon,
-            inactive_file,
-            active_file,
-            unevictable,
-            slab_reclaimable,
-            slab_unreclaimable,
-            workingset_refault_anon,
-            workingset_refault_file,
-            workingset_activate_anon,
-            workingset_activate_file,
-            workingset_restore_anon,
-            workingset_restore_file,
-            workingset_nodereclaim,
-        ]
-    )
+    set(contract::numa_stat_field(s, key), v)
 }
 
 fn keyed<T: Default>(text: &str, set: fn(&mut T, &str, u64) -> bool) -> Result<T> {

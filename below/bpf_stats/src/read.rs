@@ -8,7 +8,6 @@ use std::io;
 use std::os::fd::AsFd;
 use std::os::fd::AsRawFd;
 use std::os::fd::BorrowedFd;
-use std::os::fd::FromRawFd;
 use std::os::fd::OwnedFd;
 use std::path::Path;
 
@@ -17,9 +16,10 @@ use anyhow::Result;
 use model::CgroupSample;
 use nix::errno::Errno;
 use nix::fcntl::OFlag;
-use nix::sys::stat::Mode;
 use regex::Regex;
 
+use crate::fd::open_at;
+use crate::fd::read_to_end;
 use crate::parse;
 use crate::FileError;
 use crate::FileSet;
@@ -29,14 +29,8 @@ use crate::Snapshot;
 use crate::StatFile;
 
 /// Open a directory read-only, relative to `dir` (or absolute).
-pub(crate) fn open_dir_at(dir: Option<BorrowedFd>, path: &CStr) -> nix::Result<OwnedFd> {
-    let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC;
-    let fd = match dir {
-        Some(d) => nix::fcntl::openat(Some(d.as_raw_fd()), path, flags, Mode::empty())?,
-        None => nix::fcntl::open(path, flags, Mode::empty())?,
-    };
-    // SAFETY: `fd` was just returned by open(2) and is owned by no one else.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+fn open_dir_at(dir: Option<BorrowedFd>, path: &CStr) -> nix::Result<OwnedFd> {
+    open_at(dir, path, OFlag::O_RDONLY | OFlag::O_DIRECTORY)
 }
 
 pub(crate) fn open_root(root: &Path) -> Result<OwnedFd> {
@@ -70,6 +64,17 @@ enum Content<'a> {
     Absent,
 }
 
+/// Reads a cgroup file whole into `buf`.
+fn text_of<'a>(fd: BorrowedFd, buf: &'a mut Vec<u8>) -> io::Result<Content<'a>> {
+    match read_to_end(fd, buf) {
+        Ok(()) => std::str::from_utf8(buf)
+            .map(Content::Text)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e)),
+        Err(Errno::ENODEV | Errno::EOPNOTSUPP) => Ok(Content::Absent),
+        Err(e) => Err(e.into()),
+    }
+}
+
 /// Whether a cgroup could be read, or was removed while we read it.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Liveness {
@@ -79,50 +84,13 @@ pub enum Liveness {
 
 impl PlainReader {
     fn read(&mut self, dir: BorrowedFd, file: StatFile) -> io::Result<Content<'_>> {
-        let fd = match nix::fcntl::openat(
-            Some(dir.as_raw_fd()),
-            file.path(),
-            OFlag::O_RDONLY | OFlag::O_CLOEXEC,
-            Mode::empty(),
-        ) {
+        let fd = match open_at(Some(dir), file.path(), OFlag::O_RDONLY) {
             Ok(fd) => fd,
             Err(Errno::ENOENT | Errno::ENODEV) => return Ok(Content::Absent),
             Err(e) => return Err(e.into()),
         };
         self.counters.files_opened += 1;
-        // SAFETY: freshly opened, owned here.
-        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-        self.buf.clear();
-        loop {
-            if self.buf.capacity() - self.buf.len() < 4096 {
-                self.buf.reserve(self.buf.capacity().max(4096));
-            }
-            let spare = self.buf.spare_capacity_mut();
-            // SAFETY: reading into the vector's spare capacity, then
-            // extending its length by exactly what read(2) wrote.
-            let n = unsafe {
-                libc::read(
-                    fd.as_raw_fd(),
-                    spare.as_mut_ptr() as *mut libc::c_void,
-                    spare.len(),
-                )
-            };
-            if n < 0 {
-                return match Errno::last() {
-                    Errno::ENODEV | Errno::EOPNOTSUPP => Ok(Content::Absent),
-                    Errno::EINTR => continue,
-                    e => Err(e.into()),
-                };
-            }
-            if n == 0 {
-                break;
-            }
-            // SAFETY: see above.
-            unsafe { self.buf.set_len(self.buf.len() + n as usize) };
-        }
-        std::str::from_utf8(&self.buf)
-            .map(Content::Text)
-            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+        text_of(fd.as_fd(), &mut self.buf)
     }
 
     /// Reads `files` of the cgroup open at `dir` into `s`.
@@ -140,22 +108,9 @@ impl PlainReader {
         let mut absent = false;
         let mut pressure = PressureParts::default();
         for file in files.iter() {
-            let error = match self.read(dir, file) {
-                Ok(Content::Text(text)) => match apply(file, text, s, &mut pressure) {
-                    Ok(()) => continue,
-                    Err(e) => e.to_string(),
-                },
-                Ok(Content::Absent) => {
-                    absent = true;
-                    continue;
-                }
-                Err(e) => e.to_string(),
-            };
-            errors.push(FileError {
-                cgroup: cgroup.to_owned(),
-                file,
-                error,
-            });
+            let content = self.read(dir, file);
+            absent |= matches!(content, Ok(Content::Absent));
+            fill(file, content, cgroup, s, &mut pressure, errors);
         }
         pressure.assemble(s, cgroup, errors);
         // A missing file is normal (controller off); a missing
@@ -164,6 +119,62 @@ impl PlainReader {
             return Liveness::Gone;
         }
         Liveness::Alive
+    }
+}
+
+/// Parses what reading `file` gave into `s`; an error goes to `errors`.
+fn fill(
+    file: StatFile,
+    content: io::Result<Content>,
+    cgroup: &str,
+    s: &mut CgroupSample,
+    pressure: &mut PressureParts,
+    errors: &mut Vec<FileError>,
+) {
+    let error = match content {
+        Ok(Content::Text(text)) => match apply(file, text, s, pressure) {
+            Ok(()) => return,
+            Err(e) => e.to_string(),
+        },
+        Ok(Content::Absent) => return,
+        Err(e) => e.to_string(),
+    };
+    errors.push(FileError {
+        cgroup: cgroup.to_owned(),
+        file,
+        error,
+    });
+}
+
+/// The root's files that BPF cannot serve, kept open and read with pread:
+/// the kernel fills the root's cpu.stat and pressure from per-CPU and
+/// system-wide state no cgroup iterator sees.
+pub(crate) struct RootText {
+    fds: Vec<(StatFile, Option<OwnedFd>)>,
+    buf: Vec<u8>,
+}
+
+impl RootText {
+    pub(crate) fn open(root: BorrowedFd, files: FileSet) -> Self {
+        let fds = files
+            .iter()
+            .map(|f| (f, open_at(Some(root), f.path(), OFlag::O_RDONLY).ok()))
+            .collect();
+        RootText {
+            fds,
+            buf: Vec::new(),
+        }
+    }
+
+    /// Reads the kept files into the root's sample `s`.
+    pub(crate) fn fill(&mut self, s: &mut CgroupSample, errors: &mut Vec<FileError>) {
+        let mut pressure = PressureParts::default();
+        for (file, fd) in &self.fds {
+            let Some(fd) = fd else { continue };
+            let content = text_of(fd.as_fd(), &mut self.buf);
+            fill(*file, content, "", s, &mut pressure, errors);
+        }
+        pressure.assemble(s, "", errors);
     }
 }
 
@@ -371,12 +382,7 @@ fn inode_of(dir: BorrowedFd) -> Option<i64> {
 
 /// Names of the subdirectories (child cgroups) of `dir`.
 fn subdirs(dir: BorrowedFd) -> nix::Result<Vec<std::ffi::CString>> {
-    let mut d = nix::dir::Dir::openat(
-        Some(dir.as_raw_fd()),
-        c".",
-        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
-        Mode::empty(),
-    )?;
+    let mut d = nix::dir::Dir::from(open_dir_at(Some(dir), c".")?)?;
     let mut out = Vec::new();
     for entry in d.iter() {
         let entry = entry?;

@@ -11,16 +11,15 @@ use std::ffi::CStr;
 use std::ffi::CString;
 use std::io;
 use std::os::fd::AsFd;
-use std::os::fd::AsRawFd;
 use std::os::fd::BorrowedFd;
-use std::os::fd::FromRawFd;
 use std::os::fd::OwnedFd;
 use std::time::Duration;
 
 use nix::errno::Errno;
 use nix::fcntl::OFlag;
-use nix::sys::stat::Mode;
 
+use crate::fd::open_at;
+use crate::fd::read_to_end;
 use crate::plan::Support;
 use crate::FileSet;
 use crate::StatFile;
@@ -41,55 +40,13 @@ fn slot_of(file: StatFile) -> Option<usize> {
     STREAM_FILES.iter().position(|(f, _)| *f == file)
 }
 
-fn open_at(dir: BorrowedFd, path: &CStr, flags: OFlag) -> nix::Result<OwnedFd> {
-    let fd = nix::fcntl::openat(
-        Some(dir.as_raw_fd()),
-        path,
-        flags | OFlag::O_CLOEXEC,
-        Mode::empty(),
-    )?;
-    // SAFETY: freshly opened, owned here.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
-}
-
-/// Reads a whole record: pread from offset 0 (which starts the next
-/// record) until EOF.
-fn read_record(fd: BorrowedFd, buf: &mut Vec<u8>) -> nix::Result<()> {
-    buf.clear();
-    loop {
-        if buf.capacity() - buf.len() < 4096 {
-            buf.reserve(buf.capacity().max(4096));
-        }
-        let len = buf.len();
-        let spare = buf.spare_capacity_mut();
-        // SAFETY: read into spare capacity, then extend by what was read.
-        let n = unsafe {
-            libc::pread(
-                fd.as_raw_fd(),
-                spare.as_mut_ptr() as *mut libc::c_void,
-                spare.len(),
-                len as libc::off_t,
-            )
-        };
-        match n {
-            n if n < 0 => match Errno::last() {
-                Errno::EINTR => continue,
-                e => return Err(e),
-            },
-            0 => return Ok(()),
-            // SAFETY: see above.
-            n => unsafe { buf.set_len(len + n as usize) },
-        }
-    }
-}
-
 fn read_interval(root: BorrowedFd) -> Result<u64, String> {
-    let fd = open_at(root, INTERVAL_KNOB, OFlag::O_RDONLY).map_err(|e| match e {
+    let fd = open_at(Some(root), INTERVAL_KNOB, OFlag::O_RDONLY).map_err(|e| match e {
         Errno::ENOENT => "the kernel has no stream files (no cpu.stat.stream_interval)".to_owned(),
         e => format!("cannot open cpu.stat.stream_interval: {}", e),
     })?;
     let mut buf = Vec::new();
-    read_record(fd.as_fd(), &mut buf)
+    read_to_end(fd.as_fd(), &mut buf)
         .map_err(|e| format!("cannot read cpu.stat.stream_interval: {}", e))?;
     std::str::from_utf8(&buf)
         .ok()
@@ -98,7 +55,7 @@ fn read_interval(root: BorrowedFd) -> Result<u64, String> {
 }
 
 fn write_interval(root: BorrowedFd, ms: u64) -> nix::Result<()> {
-    let fd = open_at(root, INTERVAL_KNOB, OFlag::O_WRONLY | OFlag::O_TRUNC)?;
+    let fd = open_at(Some(root), INTERVAL_KNOB, OFlag::O_WRONLY | OFlag::O_TRUNC)?;
     nix::unistd::write(fd, ms.to_string().as_bytes()).map(drop)
 }
 
@@ -181,8 +138,12 @@ impl Streams {
                 .map_err(|e| format!("cannot set cpu.stat.stream_interval: {}", e))?;
             set_by_us = Some(ms);
         }
-        let waiter = open_at(root, STREAM_FILES[0].1, OFlag::O_RDONLY | OFlag::O_NONBLOCK)
-            .map_err(|e| format!("cannot open cpu.stat.stream: {}", e))?;
+        let waiter = open_at(
+            Some(root),
+            STREAM_FILES[0].1,
+            OFlag::O_RDONLY | OFlag::O_NONBLOCK,
+        )
+        .map_err(|e| format!("cannot open cpu.stat.stream: {}", e))?;
         Ok(Streams {
             root: root
                 .try_clone_to_owned()
@@ -219,7 +180,7 @@ impl Streams {
             Err(e) => return Err(format!("poll on cpu.stat.stream failed: {}", e)),
         }
         // Consume the record so the next poll waits for a newer one.
-        match read_record(self.waiter.as_fd(), &mut self.buf) {
+        match read_to_end(self.waiter.as_fd(), &mut self.buf) {
             Ok(()) => Ok(()),
             Err(Errno::ENODATA) => {
                 Err("streaming was switched off (cpu.stat.stream_interval is 0)".to_owned())
@@ -250,7 +211,11 @@ impl Streams {
             }
             p.push_str(STREAM_FILES[slot].1.to_str().expect("ASCII"));
             let c = CString::new(p).map_err(|e| Stale::Io(io::Error::other(e)))?;
-            match open_at(self.root.as_fd(), &c, OFlag::O_RDONLY | OFlag::O_NONBLOCK) {
+            match open_at(
+                Some(self.root.as_fd()),
+                &c,
+                OFlag::O_RDONLY | OFlag::O_NONBLOCK,
+            ) {
                 Ok(fd) => {
                     kept.fds[slot] = Some(fd);
                     self.opened += 1;
@@ -261,7 +226,7 @@ impl Streams {
             }
         }
         let fd = kept.fds[slot].as_ref().expect("opened above");
-        match read_record(fd.as_fd(), &mut self.buf) {
+        match read_to_end(fd.as_fd(), &mut self.buf) {
             Ok(()) => std::str::from_utf8(&self.buf)
                 .map(StreamRead::Text)
                 .map_err(|e| Stale::Io(io::Error::new(io::ErrorKind::InvalidData, e))),

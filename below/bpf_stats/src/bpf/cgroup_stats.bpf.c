@@ -40,6 +40,8 @@ const volatile __u32 kfuncs;
  * items sits in lruvec_stats.state[]; the loader checked the layout. */
 const volatile __u32 numa_node_ids;
 const volatile __u32 numa_idx[NR_NUMA_STATS];
+/* See cgroup_stats.h. */
+struct contract contract;
 
 /* Not in BTF (only per-CPU variables are): resolved from kallsyms. */
 extern const void node_states __ksym __weak;
@@ -54,10 +56,11 @@ extern unsigned long bpf_mem_cgroup_vm_events(struct mem_cgroup *memcg,
 					      enum vm_event_item event) __ksym __weak;
 extern void bpf_mem_cgroup_flush_stats(struct mem_cgroup *memcg) __ksym __weak;
 
-/* Controllers this vmlinux.h may not know (config-dependent). */
-enum cgroup_subsys_id___opt {
-	dmem_cgrp_id___opt = 0,
-};
+/* Every controller of the list, as a flavor of the kernel's enum: CO-RE
+ * tells which ones this kernel has (ids and presence depend on config,
+ * and this vmlinux.h may lack some). */
+#define SUBSYS_OPT(name) name##_cgrp_id___opt,
+enum cgroup_subsys_id___opt { CONTROLLERS(SUBSYS_OPT) };
 
 static __always_inline bool have_memcg_kfuncs(void)
 {
@@ -71,29 +74,18 @@ static __always_inline void *own_css(struct cgroup *cgrp, int id)
 	return BPF_CORE_READ(cgrp, subsys[id]);
 }
 
-#define CTRL(kmask, name, bit)                                                        \
-	do {                                                                          \
-		if (bpf_core_enum_value_exists(enum cgroup_subsys_id, name##_cgrp_id) && \
-		    ((kmask) & (1U << SUBSYS_ID(name))))                              \
-			m |= 1U << (bit);                                             \
-	} while (0)
+#define CTRL(name)                                                                    \
+	if (bpf_core_enum_value_exists(enum cgroup_subsys_id___opt, name##_cgrp_id___opt) && \
+	    (kmask & (1U << bpf_core_enum_value(enum cgroup_subsys_id___opt,             \
+						 name##_cgrp_id___opt))))              \
+		m |= 1U << CTRL_##name;
 
-/* Kernel subsys mask -> our CTRL_* bits (subsys ids differ by config). */
+/* Kernel subsys mask -> our CTRL_* bits. */
 static __always_inline __u32 ctrl_mask(__u32 kmask)
 {
 	__u32 m = 0;
 
-	CTRL(kmask, cpuset, CTRL_CPUSET);
-	CTRL(kmask, cpu, CTRL_CPU);
-	CTRL(kmask, io, CTRL_IO);
-	CTRL(kmask, memory, CTRL_MEMORY);
-	CTRL(kmask, hugetlb, CTRL_HUGETLB);
-	CTRL(kmask, pids, CTRL_PIDS);
-	CTRL(kmask, rdma, CTRL_RDMA);
-	CTRL(kmask, misc, CTRL_MISC);
-	if (bpf_core_enum_value_exists(enum cgroup_subsys_id___opt, dmem_cgrp_id___opt) &&
-	    (kmask & (1U << bpf_core_enum_value(enum cgroup_subsys_id___opt, dmem_cgrp_id___opt))))
-		m |= 1U << CTRL_DMEM;
+	CONTROLLERS(CTRL)
 	return m;
 }
 
@@ -114,7 +106,7 @@ static __always_inline void fill_tree(struct record *r, struct cgroup *cgrp)
 	if (parent) {
 		control = ctrl_mask(BPF_CORE_READ(parent, subtree_control));
 		if (BPF_CORE_READ(cgrp, dom_cgrp) != cgrp)
-			control &= (1U << CTRL_CPUSET) | (1U << CTRL_CPU) | (1U << CTRL_PIDS);
+			control &= (1U << CTRL_cpuset) | (1U << CTRL_cpu) | (1U << CTRL_pids);
 	} else {
 		control = ctrl_mask(BPF_CORE_READ(cgrp, root, subsys_mask));
 	}
@@ -150,12 +142,12 @@ static __always_inline void fill_cpu(struct record *r, struct cgroup *cgrp)
 
 /* psi_group.total is [aggregator][state], avg is [state][3]; flatten with
  * the running kernel's NR_PSI_STATES. */
-#define PSI_ROW(r, psi, row, state)                                                   \
+#define PSI_ROW(row, state)                                                           \
 	do {                                                                          \
 		int s = bpf_core_enum_value(enum psi_states, state);                  \
-		bpf_core_read(&(r)->psi_total_ns[row], 8, (void *)&(psi)->total + 8 * s); \
-		bpf_core_read(&(r)->psi_avg[row], 24, (void *)&(psi)->avg + 24 * s);  \
-	} while (0)
+		bpf_core_read(&r->psi_total_ns[PSI_ROW_##row], 8, (void *)&psi->total + 8 * s); \
+		bpf_core_read(&r->psi_avg[PSI_ROW_##row], 24, (void *)&psi->avg + 24 * s); \
+	} while (0);
 
 static __always_inline void fill_psi(struct record *r, struct cgroup *cgrp)
 {
@@ -167,12 +159,7 @@ static __always_inline void fill_psi(struct record *r, struct cgroup *cgrp)
 	if (!psi || !BPF_CORE_READ(psi, enabled))
 		return;
 	r->flags |= HAS_PSI;
-	PSI_ROW(r, psi, 0, PSI_IO_SOME);
-	PSI_ROW(r, psi, 1, PSI_IO_FULL);
-	PSI_ROW(r, psi, 2, PSI_MEM_SOME);
-	PSI_ROW(r, psi, 3, PSI_MEM_FULL);
-	PSI_ROW(r, psi, 4, PSI_CPU_SOME);
-	PSI_ROW(r, psi, 5, PSI_CPU_FULL);
+	PSI_ROWS(PSI_ROW)
 }
 
 static __always_inline void fill_pids(struct record *r, struct cgroup *cgrp)
@@ -230,14 +217,11 @@ static __always_inline void fill_cpuset(struct record *r, struct cgroup *cgrp)
 	r->mems_effective = BPF_CORE_READ(cs, effective_mems.bits[0]);
 }
 
-#define EVENTS(dst, memcg, arr)                                                       \
-	do {                                                                          \
-		dst[0] = BPF_CORE_READ(memcg, arr[bpf_core_enum_value(enum memcg_memory_event, MEMCG_LOW)].counter); \
-		dst[1] = BPF_CORE_READ(memcg, arr[bpf_core_enum_value(enum memcg_memory_event, MEMCG_HIGH)].counter); \
-		dst[2] = BPF_CORE_READ(memcg, arr[bpf_core_enum_value(enum memcg_memory_event, MEMCG_MAX)].counter); \
-		dst[3] = BPF_CORE_READ(memcg, arr[bpf_core_enum_value(enum memcg_memory_event, MEMCG_OOM)].counter); \
-		dst[4] = BPF_CORE_READ(memcg, arr[bpf_core_enum_value(enum memcg_memory_event, MEMCG_OOM_KILL)].counter); \
-	} while (0)
+#define EVENT(key, event)                                                             \
+	r->events[EV_##key] = BPF_CORE_READ(                                          \
+		memcg, memory_events[bpf_core_enum_value(enum memcg_memory_event, event)].counter); \
+	r->events_local[EV_##key] = BPF_CORE_READ(                                    \
+		memcg, memory_events_local[bpf_core_enum_value(enum memcg_memory_event, event)].counter);
 
 /* memory_numa_stat_show() reads memcg->nodeinfo[nid]->lruvec_stats->state[]
  * after the flush at the walk root; clamp like lruvec_page_state(). The
@@ -286,8 +270,7 @@ static __always_inline void fill_memcg(struct record *r, struct cgroup *cgrp)
 	r->zswap_max = ABSENT;
 	if (bpf_core_field_exists(memcg->zswap_max))
 		r->zswap_max = BPF_CORE_READ(memcg, zswap_max);
-	EVENTS(r->events, memcg, memory_events);
-	EVENTS(r->events_local, memcg, memory_events_local);
+	MEMCG_EVENTS(EVENT)
 	if (bpf_core_field_exists(struct mem_cgroup_per_node, lruvec_stats) &&
 	    (features & FEAT_NUMA))
 		fill_numa(r, memcg);
@@ -319,47 +302,9 @@ static __always_inline void fill_memstat(struct record *r, struct mem_cgroup *m)
 	__u64 *s = r->memstat;
 
 	r->flags |= HAS_MEMSTAT;
-	s[MS_ANON] = NODE_STAT(NR_ANON_MAPPED);
-	s[MS_FILE] = NODE_STAT(NR_FILE_PAGES);
-	s[MS_KERNEL] = MEMCG_STAT(MEMCG_KMEM);
-	s[MS_KERNEL_STACK] = NODE_STAT(NR_KERNEL_STACK_KB);
-	s[MS_SOCK] = MEMCG_STAT(MEMCG_SOCK);
-	s[MS_SHMEM] = NODE_STAT(NR_SHMEM);
-	s[MS_ZSWAP] = MEMCG_STAT(MEMCG_ZSWAP_B);
-	s[MS_ZSWAPPED] = MEMCG_STAT(MEMCG_ZSWAPPED);
-	s[MS_FILE_MAPPED] = NODE_STAT(NR_FILE_MAPPED);
-	s[MS_FILE_DIRTY] = NODE_STAT(NR_FILE_DIRTY);
-	s[MS_FILE_WRITEBACK] = NODE_STAT(NR_WRITEBACK);
-	s[MS_ANON_THP] = NODE_STAT(NR_ANON_THPS);
-	s[MS_INACTIVE_ANON] = NODE_STAT(NR_INACTIVE_ANON);
-	s[MS_ACTIVE_ANON] = NODE_STAT(NR_ACTIVE_ANON);
-	s[MS_INACTIVE_FILE] = NODE_STAT(NR_INACTIVE_FILE);
-	s[MS_ACTIVE_FILE] = NODE_STAT(NR_ACTIVE_FILE);
-	s[MS_UNEVICTABLE] = NODE_STAT(NR_UNEVICTABLE);
-	s[MS_SLAB_RECLAIMABLE] = NODE_STAT(NR_SLAB_RECLAIMABLE_B);
-	s[MS_SLAB_UNRECLAIMABLE] = NODE_STAT(NR_SLAB_UNRECLAIMABLE_B);
-	s[MS_SLAB] = part(s[MS_SLAB_RECLAIMABLE]) + part(s[MS_SLAB_UNRECLAIMABLE]);
-	s[MS_PGFAULT] = VM_EVENT(PGFAULT);
-	s[MS_PGMAJFAULT] = VM_EVENT(PGMAJFAULT);
-	s[MS_WORKINGSET_REFAULT_ANON] = NODE_STAT(WORKINGSET_REFAULT_ANON);
-	s[MS_WORKINGSET_REFAULT_FILE] = NODE_STAT(WORKINGSET_REFAULT_FILE);
-	s[MS_WORKINGSET_ACTIVATE_ANON] = NODE_STAT(WORKINGSET_ACTIVATE_ANON);
-	s[MS_WORKINGSET_ACTIVATE_FILE] = NODE_STAT(WORKINGSET_ACTIVATE_FILE);
-	s[MS_WORKINGSET_RESTORE_ANON] = NODE_STAT(WORKINGSET_RESTORE_ANON);
-	s[MS_WORKINGSET_RESTORE_FILE] = NODE_STAT(WORKINGSET_RESTORE_FILE);
-	s[MS_WORKINGSET_NODERECLAIM] = NODE_STAT(WORKINGSET_NODERECLAIM);
-	/* 7.x moved these from vm events to memcg page state. */
-	s[MS_PGREFILL] = NODE_STAT(PGREFILL);
-	s[MS_PGSCAN] = part(NODE_STAT(PGSCAN_KSWAPD)) + part(NODE_STAT(PGSCAN_DIRECT)) +
-		       part(NODE_STAT(PGSCAN_PROACTIVE)) + part(NODE_STAT(PGSCAN_KHUGEPAGED));
-	s[MS_PGSTEAL] = part(NODE_STAT(PGSTEAL_KSWAPD)) + part(NODE_STAT(PGSTEAL_DIRECT)) +
-			part(NODE_STAT(PGSTEAL_PROACTIVE)) + part(NODE_STAT(PGSTEAL_KHUGEPAGED));
-	s[MS_PGACTIVATE] = VM_EVENT(PGACTIVATE);
-	s[MS_PGDEACTIVATE] = VM_EVENT(PGDEACTIVATE);
-	s[MS_PGLAZYFREE] = VM_EVENT(PGLAZYFREE);
-	s[MS_PGLAZYFREED] = VM_EVENT(PGLAZYFREED);
-	s[MS_THP_FAULT_ALLOC] = VM_EVENT(THP_FAULT_ALLOC);
-	s[MS_THP_COLLAPSE_ALLOC] = VM_EVENT(THP_COLLAPSE_ALLOC);
+#define FILL(key, expr) s[MS_##key] = (expr);
+	MEMSTAT_KEYS(FILL)
+#undef FILL
 }
 
 /* Once per pass, at the walk root: later cgroups read flushed state. The
@@ -386,10 +331,6 @@ static __always_inline void flush_at_walk_root(struct cgroup *cgrp)
 	}
 	if (bpf_core_field_exists(cgrp->psi))
 		feat |= FEAT_PSI;
-	if (bpf_core_field_exists(struct task_group, cfs_bandwidth))
-		feat |= FEAT_CFS_BANDWIDTH;
-	if (bpf_core_field_exists(struct mem_cgroup, zswap_max))
-		feat |= FEAT_ZSWAP;
 	/* Per-node stats need the memcg flush above. */
 	memory_nodes = 0;
 	if (numa_node_ids && have_memcg_kfuncs() && bpf_ksym_exists(&node_states) &&

@@ -1,8 +1,18 @@
 /* SPDX-License-Identifier: GPL-2.0 */
 /*
- * The record the cgroup iterator writes per cgroup. Mirrored by
- * `bpf::Record` in Rust (#[repr(C)]); the loader checks the sizes match.
- * Every field is u64-aligned so both sides agree without packing rules.
+ * The contract between the cgroup iterator and user space: the record it
+ * writes per cgroup and the tables that give the record's slots and bits
+ * their meaning.
+ *
+ * Each table is one X-macro list, `#define NAME(X) X(entry, args…) …`: C
+ * builds its enums and fill code from it, and build.rs hands the same list
+ * to Rust (`name! { (entry, args…) … }`, see src/bpf/contract.rs), so the
+ * two sides cannot drift. Plain `#define NAME <integer>` constants are
+ * handed over too. The record's layout reaches Rust through the libbpf-rs
+ * skeleton, and the enums below are in the object's BTF (`contract` in
+ * cgroup_stats.bpf.c), where a unit test checks them against Rust.
+ * Every record field is u64-aligned so both sides agree without packing
+ * rules.
  */
 #ifndef CGROUP_STATS_H
 #define CGROUP_STATS_H
@@ -10,100 +20,168 @@
 /* A value the kernel does not have (config, version): shown as None. */
 #define ABSENT (~0ULL)
 
-#define NAME_LEN 256
 /* cpuset masks: 512 CPUs, 64 memory nodes; larger machines use text. */
 #define CPU_WORDS 8
-
-/* Which controllers' state the cgroup has (its own css). */
-#define HAS_MEMCG (1U << 0)
-#define HAS_MEMSTAT (1U << 1)
-#define HAS_CPU (1U << 2)
-#define HAS_PIDS (1U << 3)
-#define HAS_CPUSET (1U << 4)
-#define HAS_PSI (1U << 5)
-#define HAS_BSTAT (1U << 6)
-#define HAS_NUMA (1U << 7)
-
-/* What the running kernel let the program do (global `features`). */
-#define FEAT_CPU_FLUSH (1U << 0)
-#define FEAT_MEMCG_KFUNCS (1U << 1)
-#define FEAT_PSI (1U << 2)
-#define FEAT_CFS_BANDWIDTH (1U << 3)
-#define FEAT_ZSWAP (1U << 4)
-#define FEAT_NUMA (1U << 5)
-
-/* Kfuncs user space found in the running kernel's BTF (rodata `kfuncs`):
- * bpf_ksym_exists() on a kfunc needs 6.3+, so the check is done there. */
-#define KF_CSS_RSTAT_FLUSH (1U << 0)
-#define KF_CGROUP_RSTAT_FLUSH (1U << 1)
-#define KF_MEMCG (1U << 2)
-
-/* Our own controller bits, independent of the kernel's subsys ids. */
-enum ctrl_bit {
-	CTRL_CPUSET,
-	CTRL_CPU,
-	CTRL_IO,
-	CTRL_MEMORY,
-	CTRL_HUGETLB,
-	CTRL_PIDS,
-	CTRL_RDMA,
-	CTRL_MISC,
-	CTRL_DMEM,
-};
-
-/* memory.stat lines below keeps, in this order (Rust has the names). */
-enum memstat_slot {
-	MS_ANON,
-	MS_FILE,
-	MS_KERNEL,
-	MS_KERNEL_STACK,
-	MS_SLAB,
-	MS_SOCK,
-	MS_SHMEM,
-	MS_ZSWAP,
-	MS_ZSWAPPED,
-	MS_FILE_MAPPED,
-	MS_FILE_DIRTY,
-	MS_FILE_WRITEBACK,
-	MS_ANON_THP,
-	MS_INACTIVE_ANON,
-	MS_ACTIVE_ANON,
-	MS_INACTIVE_FILE,
-	MS_ACTIVE_FILE,
-	MS_UNEVICTABLE,
-	MS_SLAB_RECLAIMABLE,
-	MS_SLAB_UNRECLAIMABLE,
-	MS_PGFAULT,
-	MS_PGMAJFAULT,
-	MS_WORKINGSET_REFAULT_ANON,
-	MS_WORKINGSET_REFAULT_FILE,
-	MS_WORKINGSET_ACTIVATE_ANON,
-	MS_WORKINGSET_ACTIVATE_FILE,
-	MS_WORKINGSET_RESTORE_ANON,
-	MS_WORKINGSET_RESTORE_FILE,
-	MS_WORKINGSET_NODERECLAIM,
-	MS_PGREFILL,
-	MS_PGSCAN,
-	MS_PGSTEAL,
-	MS_PGACTIVATE,
-	MS_PGDEACTIVATE,
-	MS_PGLAZYFREE,
-	MS_PGLAZYFREED,
-	MS_THP_FAULT_ALLOC,
-	MS_THP_COLLAPSE_ALLOC,
-	NR_MS,
-};
-
-/* memory.numa_stat: per node id below NUMA_NODES (more nodes use text),
- * NR_NUMA_STATS raw lruvec_stats.state[] values. User space owns the item
- * order and units and tells the program each item's index (numa_idx). */
+/* memory.numa_stat: node ids below NUMA_NODES (more nodes use text). */
 #define NUMA_NODES 8
-#define NR_NUMA_STATS 26
 /* numa_idx of an item this kernel does not print. */
 #define NUMA_NO_IDX (~0U)
 
-/* Pressure rows: the text's resource * 2 + full. */
-#define NR_PSI_ROWS 6
+/* A bit per entry, in list order: enum NAME_bit (positions) and
+ * enum NAME_flag (masks). */
+#define BIT_POS(name) name##_BIT,
+#define BIT_MASK(name) name = 1U << name##_BIT,
+#define BITS(list, tag)                                                       \
+	enum tag##_bit { list(BIT_POS) };                                     \
+	enum tag##_flag { list(BIT_MASK) }
+
+/* Which controllers' state the cgroup has (its own css): record.flags. */
+#define HAS_FLAGS(X)                                                          \
+	X(HAS_MEMCG)                                                          \
+	X(HAS_MEMSTAT)                                                        \
+	X(HAS_CPU)                                                            \
+	X(HAS_PIDS)                                                           \
+	X(HAS_CPUSET)                                                         \
+	X(HAS_PSI)                                                            \
+	X(HAS_BSTAT)                                                          \
+	X(HAS_NUMA)
+BITS(HAS_FLAGS, has);
+
+/* What the running kernel let the last pass do (global `features`). */
+#define FEAT_FLAGS(X)                                                         \
+	X(FEAT_CPU_FLUSH)                                                     \
+	X(FEAT_MEMCG_KFUNCS)                                                  \
+	X(FEAT_PSI)                                                           \
+	X(FEAT_NUMA)
+BITS(FEAT_FLAGS, feat);
+
+/* Kfuncs user space found in the running kernel's BTF (rodata `kfuncs`):
+ * bpf_ksym_exists() on a kfunc needs 6.3+, so the check is done there. */
+#define KF_FLAGS(X)                                                           \
+	X(KF_CSS_RSTAT_FLUSH)                                                 \
+	X(KF_CGROUP_RSTAT_FLUSH)                                              \
+	X(KF_MEMCG)
+BITS(KF_FLAGS, kf);
+
+/* cgroup.controllers names: our own bit per controller (record
+ * .controllers, .subtree_control), independent of the kernel's subsys ids,
+ * which differ by config. */
+#define CONTROLLERS(X)                                                        \
+	X(cpuset)                                                             \
+	X(cpu)                                                                \
+	X(io)                                                                 \
+	X(memory)                                                             \
+	X(hugetlb)                                                            \
+	X(pids)                                                               \
+	X(rdma)                                                               \
+	X(misc)                                                               \
+	X(dmem)
+#define CTRL_ENUM(name) CTRL_##name,
+enum ctrl_bit { CONTROLLERS(CTRL_ENUM) NR_CTRL };
+
+/* memory.stat keys below keeps: record.memstat[MS_key], filled with the
+ * expression in fill_memstat() (`m` the memcg, `s` the slots; parts filled
+ * earlier in the list may be summed). */
+#define MEMSTAT_KEYS(X)                                                       \
+	X(anon, NODE_STAT(NR_ANON_MAPPED))                                    \
+	X(file, NODE_STAT(NR_FILE_PAGES))                                     \
+	X(kernel, MEMCG_STAT(MEMCG_KMEM))                                     \
+	X(kernel_stack, NODE_STAT(NR_KERNEL_STACK_KB))                        \
+	X(sock, MEMCG_STAT(MEMCG_SOCK))                                       \
+	X(shmem, NODE_STAT(NR_SHMEM))                                         \
+	X(zswap, MEMCG_STAT(MEMCG_ZSWAP_B))                                   \
+	X(zswapped, MEMCG_STAT(MEMCG_ZSWAPPED))                               \
+	X(file_mapped, NODE_STAT(NR_FILE_MAPPED))                             \
+	X(file_dirty, NODE_STAT(NR_FILE_DIRTY))                               \
+	X(file_writeback, NODE_STAT(NR_WRITEBACK))                            \
+	X(anon_thp, NODE_STAT(NR_ANON_THPS))                                  \
+	X(inactive_anon, NODE_STAT(NR_INACTIVE_ANON))                         \
+	X(active_anon, NODE_STAT(NR_ACTIVE_ANON))                             \
+	X(inactive_file, NODE_STAT(NR_INACTIVE_FILE))                         \
+	X(active_file, NODE_STAT(NR_ACTIVE_FILE))                             \
+	X(unevictable, NODE_STAT(NR_UNEVICTABLE))                             \
+	X(slab_reclaimable, NODE_STAT(NR_SLAB_RECLAIMABLE_B))                 \
+	X(slab_unreclaimable, NODE_STAT(NR_SLAB_UNRECLAIMABLE_B))             \
+	X(slab, part(s[MS_slab_reclaimable]) + part(s[MS_slab_unreclaimable])) \
+	X(pgfault, VM_EVENT(PGFAULT))                                         \
+	X(pgmajfault, VM_EVENT(PGMAJFAULT))                                   \
+	X(workingset_refault_anon, NODE_STAT(WORKINGSET_REFAULT_ANON))        \
+	X(workingset_refault_file, NODE_STAT(WORKINGSET_REFAULT_FILE))        \
+	X(workingset_activate_anon, NODE_STAT(WORKINGSET_ACTIVATE_ANON))      \
+	X(workingset_activate_file, NODE_STAT(WORKINGSET_ACTIVATE_FILE))      \
+	X(workingset_restore_anon, NODE_STAT(WORKINGSET_RESTORE_ANON))        \
+	X(workingset_restore_file, NODE_STAT(WORKINGSET_RESTORE_FILE))        \
+	X(workingset_nodereclaim, NODE_STAT(WORKINGSET_NODERECLAIM))          \
+	/* 7.x moved these from vm events to memcg page state. */             \
+	X(pgrefill, NODE_STAT(PGREFILL))                                      \
+	X(pgscan, part(NODE_STAT(PGSCAN_KSWAPD)) + part(NODE_STAT(PGSCAN_DIRECT)) + \
+		  part(NODE_STAT(PGSCAN_PROACTIVE)) + part(NODE_STAT(PGSCAN_KHUGEPAGED))) \
+	X(pgsteal, part(NODE_STAT(PGSTEAL_KSWAPD)) + part(NODE_STAT(PGSTEAL_DIRECT)) + \
+		   part(NODE_STAT(PGSTEAL_PROACTIVE)) + part(NODE_STAT(PGSTEAL_KHUGEPAGED))) \
+	X(pgactivate, VM_EVENT(PGACTIVATE))                                   \
+	X(pgdeactivate, VM_EVENT(PGDEACTIVATE))                               \
+	X(pglazyfree, VM_EVENT(PGLAZYFREE))                                   \
+	X(pglazyfreed, VM_EVENT(PGLAZYFREED))                                 \
+	X(thp_fault_alloc, VM_EVENT(THP_FAULT_ALLOC))                         \
+	X(thp_collapse_alloc, VM_EVENT(THP_COLLAPSE_ALLOC))
+#define MS_ENUM(key, expr) MS_##key,
+enum memstat_slot { MEMSTAT_KEYS(MS_ENUM) NR_MS };
+
+/* memory.numa_stat lines below keeps: record.numa[node][NUMA_key] holds
+ * the raw lruvec_stats.state[] value of `enum node_stat_item` ITEM, which
+ * user space scales by UNIT (Page, KiB, or One: bytes or counts). User
+ * space finds each item's index (rodata numa_idx). */
+#define NUMA_ITEMS(X)                                                         \
+	X(anon, NR_ANON_MAPPED, Page)                                         \
+	X(file, NR_FILE_PAGES, Page)                                          \
+	X(kernel_stack, NR_KERNEL_STACK_KB, KiB)                              \
+	X(pagetables, NR_PAGETABLE, Page)                                     \
+	X(shmem, NR_SHMEM, Page)                                              \
+	X(file_mapped, NR_FILE_MAPPED, Page)                                  \
+	X(file_dirty, NR_FILE_DIRTY, Page)                                    \
+	X(file_writeback, NR_WRITEBACK, Page)                                 \
+	X(swapcached, NR_SWAPCACHE, Page)                                     \
+	X(anon_thp, NR_ANON_THPS, Page)                                       \
+	X(file_thp, NR_FILE_THPS, Page)                                       \
+	X(shmem_thp, NR_SHMEM_THPS, Page)                                     \
+	X(inactive_anon, NR_INACTIVE_ANON, Page)                              \
+	X(active_anon, NR_ACTIVE_ANON, Page)                                  \
+	X(inactive_file, NR_INACTIVE_FILE, Page)                              \
+	X(active_file, NR_ACTIVE_FILE, Page)                                  \
+	X(unevictable, NR_UNEVICTABLE, Page)                                  \
+	X(slab_reclaimable, NR_SLAB_RECLAIMABLE_B, One)                       \
+	X(slab_unreclaimable, NR_SLAB_UNRECLAIMABLE_B, One)                   \
+	X(workingset_refault_anon, WORKINGSET_REFAULT_ANON, One)              \
+	X(workingset_refault_file, WORKINGSET_REFAULT_FILE, One)              \
+	X(workingset_activate_anon, WORKINGSET_ACTIVATE_ANON, One)            \
+	X(workingset_activate_file, WORKINGSET_ACTIVATE_FILE, One)            \
+	X(workingset_restore_anon, WORKINGSET_RESTORE_ANON, One)              \
+	X(workingset_restore_file, WORKINGSET_RESTORE_FILE, One)              \
+	X(workingset_nodereclaim, WORKINGSET_NODERECLAIM, One)
+#define NUMA_ENUM(key, item, unit) NUMA_##key,
+enum numa_item { NUMA_ITEMS(NUMA_ENUM) NR_NUMA_STATS };
+
+/* Pressure rows: record.psi_*[PSI_ROW_row] from `enum psi_states` STATE. */
+#define PSI_ROWS(X)                                                           \
+	X(io_some, PSI_IO_SOME)                                               \
+	X(io_full, PSI_IO_FULL)                                               \
+	X(memory_some, PSI_MEM_SOME)                                          \
+	X(memory_full, PSI_MEM_FULL)                                          \
+	X(cpu_some, PSI_CPU_SOME)                                             \
+	X(cpu_full, PSI_CPU_FULL)
+#define PSI_ENUM(row, state) PSI_ROW_##row,
+enum psi_row { PSI_ROWS(PSI_ENUM) NR_PSI_ROWS };
+
+/* memory.events keys: record.events[EV_key] and .events_local[EV_key]
+ * from `enum memcg_memory_event` EVENT. */
+#define MEMCG_EVENTS(X)                                                       \
+	X(low, MEMCG_LOW)                                                     \
+	X(high, MEMCG_HIGH)                                                   \
+	X(max, MEMCG_MAX)                                                     \
+	X(oom, MEMCG_OOM)                                                     \
+	X(oom_kill, MEMCG_OOM_KILL)
+#define EV_ENUM(key, event) EV_##key,
+enum memcg_event { MEMCG_EVENTS(EV_ENUM) NR_EVENTS };
 
 struct record {
 	__u64 id;
@@ -142,8 +220,8 @@ struct record {
 	__u64 mem_max;
 	__u64 swap_max;
 	__u64 zswap_max;
-	__u64 events[5];
-	__u64 events_local[5];
+	__u64 events[NR_EVENTS];
+	__u64 events_local[NR_EVENTS];
 	__u64 memstat[NR_MS];
 	__u64 numa[NUMA_NODES][NR_NUMA_STATS];
 	/* cpuset */
@@ -151,7 +229,20 @@ struct record {
 	__u64 cpus_effective[CPU_WORDS];
 	__u64 mems;
 	__u64 mems_effective;
-	char name[NAME_LEN];
+	char name[256];
+};
+
+/* Never read: puts every table's enum into the object's BTF (clang emits
+ * the types of globals only), where the contract test finds them. */
+struct contract {
+	enum has_flag has;
+	enum feat_flag feat;
+	enum kf_flag kf;
+	enum ctrl_bit ctrl;
+	enum memstat_slot memstat;
+	enum numa_item numa;
+	enum psi_row psi;
+	enum memcg_event event;
 };
 
 #endif

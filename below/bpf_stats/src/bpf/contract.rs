@@ -1,0 +1,146 @@
+//! The contract with the BPF program, all generated from cgroup_stats.h:
+//! the record layout through the libbpf-rs skeleton, the tables through
+//! build.rs, which hands each X-macro list to the macro of the same name
+//! below (`memstat_keys! { (anon, <C source>) ... }`). The test at the end
+//! checks the enums C compiled into the object against these tables.
+
+use cgroupfs::MemoryEvents;
+use cgroupfs::MemoryEventsLocal;
+use cgroupfs::MemoryNumaStat;
+use cgroupfs::MemoryStat;
+
+pub(crate) mod skel {
+    include!(concat!(env!("OUT_DIR"), "/cgroup_stats.skel.rs"));
+}
+
+/// The compiled BPF object, for its BTF.
+#[cfg(test)]
+const OBJECT: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/cgroup_stats.bpf.o"));
+
+pub(crate) use skel::types::record as Record;
+
+/// A field of a below stat struct, by the key the text uses.
+pub(crate) type Field<T> = fn(&mut T) -> &mut Option<u64>;
+
+/// Per entry, a `u32` bit in list order (`enum <tag>_flag` of C).
+macro_rules! bits {
+    ($mod:ident, $list:ident, $($flag:ident)*) => {
+        mod $mod {
+            #[allow(non_camel_case_types, clippy::upper_case_acronyms)]
+            enum Pos { $($flag,)* }
+            $(pub(crate) const $flag: u32 = 1 << Pos::$flag as u32;)*
+            #[cfg(test)]
+            pub(crate) const $list: &[(&str, u32)] = &[$((stringify!($flag), $flag),)*];
+        }
+        pub(crate) use $mod::*;
+    };
+}
+
+macro_rules! has_flags {
+    ($(($flag:ident))*) => { bits!(has, HAS_FLAGS, $($flag)*); };
+}
+macro_rules! feat_flags {
+    ($(($flag:ident))*) => { bits!(feat, FEAT_FLAGS, $($flag)*); };
+}
+macro_rules! kf_flags {
+    ($(($flag:ident))*) => { bits!(kf, KF_FLAGS, $($flag)*); };
+}
+
+/// cgroup.controllers names by bit (`enum ctrl_bit`).
+macro_rules! controllers {
+    ($(($name:ident))*) => {
+        pub(crate) const CONTROLLERS: &[&str] = &[$(stringify!($name),)*];
+    };
+}
+
+/// The fields of `$ty` named by the keys, in list (= record slot) order,
+/// and a lookup by key for the text parsers.
+macro_rules! keyed_fields {
+    ($ty:ty, $fields:ident, $lookup:ident, $($key:ident)*) => {
+        pub(crate) const $fields: &[Field<$ty>] = &[$(|s| &mut s.$key,)*];
+
+        pub(crate) fn $lookup<'a>(s: &'a mut $ty, key: &str) -> Option<&'a mut Option<u64>> {
+            match key {
+                $(stringify!($key) => Some(&mut s.$key),)*
+                _ => None,
+            }
+        }
+    };
+}
+
+/// memory.stat keys: `record.memstat[]` (`enum memstat_slot`).
+macro_rules! memstat_keys {
+    ($(($key:ident, $($c:tt)*))*) => {
+        keyed_fields!(MemoryStat, MEMSTAT_FIELDS, memory_stat_field, $($key)*);
+        #[cfg(test)]
+        pub(crate) const MEMSTAT_KEYS: &[&str] = &[$(stringify!($key),)*];
+    };
+}
+
+/// memory.events keys: `record.events[]`, `.events_local[]`.
+macro_rules! memcg_events {
+    ($(($key:ident, $event:ident))*) => {
+        keyed_fields!(MemoryEvents, EVENTS_FIELDS, memory_events_field, $($key)*);
+        keyed_fields!(MemoryEventsLocal, EVENTS_LOCAL_FIELDS, memory_events_local_field, $($key)*);
+        #[cfg(test)]
+        pub(crate) const MEMCG_EVENT_KEYS: &[&str] = &[$(stringify!($key),)*];
+    };
+}
+
+/// memcg_page_state_output_unit(): what one unit of a raw state item is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Unit {
+    Page,
+    /// Bytes (slab) or plain counts (workingset events).
+    One,
+    KiB,
+}
+
+/// A memory.numa_stat line's `enum node_stat_item` item and unit.
+pub(crate) struct NumaItem {
+    pub(crate) item: &'static str,
+    pub(crate) unit: Unit,
+}
+
+/// memory.numa_stat lines: `record.numa[node][]` (`enum numa_item`).
+macro_rules! numa_items {
+    ($(($key:ident, $item:ident, $unit:ident))*) => {
+        keyed_fields!(MemoryNumaStat, NUMA_FIELDS, numa_stat_field, $($key)*);
+        pub(crate) const NUMA_ITEMS: &[NumaItem] = &[$(NumaItem {
+            item: stringify!($item),
+            unit: Unit::$unit,
+        },)*];
+        #[cfg(test)]
+        pub(crate) const NUMA_KEYS: &[&str] = &[$(stringify!($key),)*];
+    };
+}
+
+/// Pressure rows: `record.psi_*[]` (`enum psi_row`), as named fields.
+macro_rules! psi_rows {
+    ($(($row:ident, $state:ident))*) => {
+        mod psi {
+            #[allow(non_camel_case_types)]
+            pub(crate) enum Pos { $($row,)* }
+        }
+
+        pub(crate) struct PsiRows<T> {
+            $(pub(crate) $row: T,)*
+        }
+
+        impl<T> PsiRows<T> {
+            /// Each row from its index in the record.
+            pub(crate) fn from_fn(mut f: impl FnMut(usize) -> T) -> Self {
+                PsiRows { $($row: f(psi::Pos::$row as usize),)* }
+            }
+        }
+
+        #[cfg(test)]
+        pub(crate) const PSI_ROWS: &[&str] = &[$(stringify!($row),)*];
+    };
+}
+
+include!(concat!(env!("OUT_DIR"), "/contract.rs"));
+
+#[cfg(test)]
+#[path = "contract_test.rs"]
+mod test;

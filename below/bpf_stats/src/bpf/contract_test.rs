@@ -1,0 +1,116 @@
+//! The C side of each table, as compiled into the BPF object (its BTF),
+//! against the Rust side: names, order, values, and the record's array
+//! lengths. One drift in either side fails here.
+
+use libbpf_rs::btf::types;
+use libbpf_rs::btf::Btf;
+
+use super::*;
+
+/// `enum name` of the compiled object: (member, value) in order.
+fn c_enum(name: &str) -> Vec<(String, i64)> {
+    let btf = Btf::from_raw("cgroup_stats", OBJECT)
+        .expect("reading the object's BTF")
+        .expect("the object has BTF");
+    let e = btf
+        .type_by_name::<types::Enum>(name)
+        .unwrap_or_else(|| panic!("enum {name} is not in the object's BTF"));
+    e.iter()
+        .map(|m| (m.name.unwrap().to_string_lossy().into_owned(), m.value))
+        .collect()
+}
+
+/// What a list enum of C must be: `<prefix><entry>` = index, then `count`.
+fn indexed(prefix: &str, entries: &[&str], count: &str) -> Vec<(String, i64)> {
+    let mut v: Vec<(String, i64)> = (0..)
+        .zip(entries)
+        .map(|(i, e)| (format!("{prefix}{e}"), i))
+        .collect();
+    v.push((count.to_owned(), entries.len() as i64));
+    v
+}
+
+fn flags(list: &[(&str, u32)]) -> Vec<(String, i64)> {
+    list.iter()
+        .map(|&(n, v)| (n.to_owned(), v.into()))
+        .collect()
+}
+
+#[test]
+fn bits_agree() {
+    assert_eq!(c_enum("has_flag"), flags(HAS_FLAGS));
+    assert_eq!(c_enum("feat_flag"), flags(FEAT_FLAGS));
+    assert_eq!(c_enum("kf_flag"), flags(KF_FLAGS));
+    assert_eq!(c_enum("ctrl_bit"), indexed("CTRL_", CONTROLLERS, "NR_CTRL"));
+}
+
+#[test]
+fn record_slots_agree() {
+    let r = Record::default();
+    assert_eq!(
+        c_enum("memstat_slot"),
+        indexed("MS_", MEMSTAT_KEYS, "NR_MS")
+    );
+    assert_eq!(r.memstat.len(), MEMSTAT_FIELDS.len());
+
+    assert_eq!(
+        c_enum("numa_item"),
+        indexed("NUMA_", NUMA_KEYS, "NR_NUMA_STATS")
+    );
+    assert_eq!(r.numa.len(), NUMA_NODES);
+    assert_eq!(r.numa[0].len(), NUMA_ITEMS.len());
+    assert_eq!(NUMA_FIELDS.len(), NUMA_ITEMS.len());
+
+    assert_eq!(
+        c_enum("psi_row"),
+        indexed("PSI_ROW_", PSI_ROWS, "NR_PSI_ROWS")
+    );
+    assert_eq!(r.psi_total_ns.len(), PSI_ROWS.len());
+    assert_eq!(r.psi_avg.len(), PSI_ROWS.len());
+
+    assert_eq!(
+        c_enum("memcg_event"),
+        indexed("EV_", MEMCG_EVENT_KEYS, "NR_EVENTS")
+    );
+    assert_eq!(r.events.len(), EVENTS_FIELDS.len());
+    assert_eq!(r.events_local.len(), EVENTS_LOCAL_FIELDS.len());
+
+    assert_eq!(r.cpus.len(), CPU_WORDS);
+    assert_eq!(r.cpus_effective.len(), CPU_WORDS);
+}
+
+/// Every field of `T` set through `fields`: the list covers what below keeps.
+fn covers<T: Default + serde::Serialize>(fields: &[Field<T>]) {
+    let mut s = T::default();
+    for f in fields {
+        *f(&mut s) = Some(1);
+    }
+    let json = serde_json::to_value(&s).unwrap();
+    let unset: Vec<_> = json
+        .as_object()
+        .unwrap()
+        .iter()
+        .filter(|(_, v)| v.is_null())
+        .map(|(k, _)| k.clone())
+        .collect();
+    assert!(unset.is_empty(), "not in the list: {unset:?}");
+}
+
+#[test]
+fn lists_cover_below_fields() {
+    covers(MEMSTAT_FIELDS);
+    covers(NUMA_FIELDS);
+    covers(EVENTS_FIELDS);
+    covers(EVENTS_LOCAL_FIELDS);
+}
+
+#[test]
+fn lookups_agree_with_fields() {
+    for (key, field) in MEMSTAT_KEYS.iter().zip(MEMSTAT_FIELDS) {
+        let (mut a, mut b) = (MemoryStat::default(), MemoryStat::default());
+        *field(&mut a) = Some(7);
+        *memory_stat_field(&mut b, key).unwrap() = Some(7);
+        assert_eq!(a, b, "{key}");
+    }
+    assert!(memory_stat_field(&mut MemoryStat::default(), "no_such_key").is_none());
+}
