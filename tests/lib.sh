@@ -1,4 +1,5 @@
 # shellcheck shell=bash
+# shellcheck disable=SC2034 # variables for the scripts that source it
 # The shell library of x and of every suite under tests/. Source it; do not
 # run it. Gives: REPO_ROOT; log/die tagged with the suite's directory name;
 # a pass/fail tally (check, tally_summary); one package installer
@@ -74,5 +75,5 @@ build_release() {
 # ---- shellcheck ----------------------------------------------------------------
 # Every shell script of ours: x and the scripts under tests/ (host and guest).
 shellcheck_all() {
-  (cd "$REPO_ROOT" && find x tests -name x -o -name '*.sh' -print0 | xargs -0 shellcheck -x)
+  (cd "$REPO_ROOT" && { printf 'x\0'; find tests -name '*.sh' -print0; } | xargs -0 shellcheck -x)
 }
