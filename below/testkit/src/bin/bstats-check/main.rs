@@ -1,11 +1,12 @@
 //! Acceptance checks for the cgroup backends, run as root on a real kernel
-//! (tests/bpf/run-vm-tests.sh and tests/e2e/stream.sh run them in QEMU
+//! (tests/bpf/run-vm-tests.sh and tests/stream/run.sh run them in QEMU
 //! guests). Each exits non-zero when its check fails. Trees are fixtures
 //! under the cgroup2 mount, removed after.
 
 mod churn;
 mod compare;
 mod cost;
+mod frozen;
 
 use std::path::Path;
 use std::path::PathBuf;
@@ -56,6 +57,12 @@ enum Check {
         #[arg(default_value_t = 20)]
         samples: u32,
     },
+    /// Run CMD while a small loaded tree stands frozen (for guest scripts)
+    #[command(hide = true)]
+    FrozenTree {
+        #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
+        cmd: Vec<String>,
+    },
 }
 
 fn main() -> Result<()> {
@@ -65,6 +72,7 @@ fn main() -> Result<()> {
         Check::Churn { seconds } => churn::churn(seconds),
         Check::Syscalls => cost::syscalls(),
         Check::Bench { n, samples } => cost::bench(n, samples),
+        Check::FrozenTree { cmd } => frozen::frozen_tree(&cmd),
     }
 }
 
