@@ -58,29 +58,29 @@ pub(crate) fn spawn(cgroup: &Path, work: &Work) -> Result<Option<libc::pid_t>> {
         // SAFETY: in the fork's child, with arguments prepared before it.
         unsafe { child(&procs, file.as_ref(), work, ready_w) }
     }
-    // SAFETY: closing our copy of the write end; reading one byte into `b`.
-    let (got, err) = unsafe {
-        libc::close(ready_w);
-        if pid < 0 {
-            (-1, std::io::Error::last_os_error())
-        } else {
-            let mut b = 0u8;
-            let n = libc::read(ready_r, (&mut b as *mut u8).cast(), 1);
-            (n, std::io::Error::last_os_error())
-        }
-    };
+    let fork_err = std::io::Error::last_os_error();
+    // SAFETY: closing our copy of the write end.
+    unsafe { libc::close(ready_w) };
+    if pid < 0 {
+        // SAFETY: closing the read end we own.
+        unsafe { libc::close(ready_r) };
+        return Err(fork_err).context("fork");
+    }
+    let mut b = 0u8;
+    // SAFETY: reading one byte into `b`.
+    let n = unsafe { libc::read(ready_r, (&mut b as *mut u8).cast(), 1) };
+    let read_err = std::io::Error::last_os_error();
     // SAFETY: closing the read end we own.
     unsafe { libc::close(ready_r) };
-    match (pid, got) {
-        (p, _) if p < 0 => Err(err).context("fork"),
-        (p, 1) => Ok(Some(p)),
-        (p, 0) => {
-            reap(p);
+    match n {
+        1 => Ok(Some(pid)),
+        0 => {
+            reap(pid);
             Ok(None)
         }
-        (p, _) => {
-            kill(p);
-            Err(err).with_context(|| format!("waiting for worker {p}"))
+        _ => {
+            kill(pid);
+            Err(read_err).with_context(|| format!("waiting for worker {pid}"))
         }
     }
 }
