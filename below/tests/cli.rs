@@ -13,29 +13,19 @@ mod common;
 
 use common::Env;
 
+use bstats_testkit::Controllers;
+use bstats_testkit::Fixture;
+
+const BELOW: &str = env!("CARGO_BIN_EXE_below");
+
 /// A test cgroup with two children under the host's cgroup2 mount.
-struct TestCgroups {
-    top: PathBuf,
-    name: String,
-}
-
-impl TestCgroups {
-    fn new(tag: &str) -> Self {
-        let name = format!("bstats-{}-{}", tag, std::process::id());
-        let top = bpf_stats::find_cgroup2_mount().unwrap().join(&name);
-        for d in ["", "web", "db"] {
-            fs::create_dir(top.join(d)).expect("mkdir cgroup (are you root?)");
-        }
-        TestCgroups { top, name }
+fn test_cgroups(tag: &str) -> Fixture {
+    let root = bpf_stats::find_cgroup2_mount().unwrap();
+    let mut t = Fixture::new(&root, tag, Controllers::All).expect("test cgroups (are you root?)");
+    for d in ["web", "db"] {
+        t.mkdir(d).unwrap();
     }
-}
-
-impl Drop for TestCgroups {
-    fn drop(&mut self) {
-        for d in ["web", "db", ""] {
-            let _ = fs::remove_dir(self.top.join(d));
-        }
-    }
+    t
 }
 
 /// A detached tmux session on a private server, killed on drop.
@@ -100,7 +90,8 @@ fn assert_shows(screen: &str, want: &[&str]) {
 
 #[test]
 fn record_then_dump_and_replay_show_test_cgroups() {
-    let cg = TestCgroups::new("rec");
+    let cg = test_cgroups("rec");
+    let name = cg.name();
     let env = Env::new();
     let t0 = Instant::now();
     env.run(&["record", "--interval-s", "1", "--count", "11", "--compress"]);
@@ -108,8 +99,8 @@ fn record_then_dump_and_replay_show_test_cgroups() {
 
     let out = env.run(&["dump", "cgroup", "--begin", "2m ago"]);
     let dump = String::from_utf8_lossy(&out.stdout);
-    assert_shows(&dump, &[&cg.name, "web", "db"]);
-    let samples = dump.lines().filter(|l| l.contains(&cg.name)).count();
+    assert_shows(&dump, &[&name, "web", "db"]);
+    let samples = dump.lines().filter(|l| l.contains(&name)).count();
     assert!(
         samples >= 10,
         "{} samples of the test cgroup:\n{}",
@@ -126,7 +117,7 @@ fn record_then_dump_and_replay_show_test_cgroups() {
         "json",
     ]);
     let json = String::from_utf8_lossy(&out.stdout);
-    assert!(json.contains(&cg.name), "{}", json);
+    assert!(json.contains(&name), "{}", json);
 
     let out = env.run(&["backends"]);
     let plan = String::from_utf8_lossy(&out.stdout);
@@ -136,8 +127,8 @@ fn record_then_dump_and_replay_show_test_cgroups() {
     );
 
     let tmux = Tmux::start(&env.command_line(&["replay", "--time", "2m ago"]));
-    let screen = tmux.wait_for(&["replay", &cg.name, "web"], Duration::from_secs(20));
-    assert_shows(&screen, &["replay", "Name", &cg.name, "web", "db"]);
+    let screen = tmux.wait_for(&["replay", &name, "web"], Duration::from_secs(20));
+    assert_shows(&screen, &["replay", "Name", &name, "web", "db"]);
     let _ = tmux.tmux(&["send-keys", "q"]);
 }
 
@@ -164,11 +155,12 @@ fn replay_from_a_snapshot() {
 
 #[test]
 fn live_shows_cgroup_view() {
-    let cg = TestCgroups::new("live");
+    let cg = test_cgroups("live");
+    let name = cg.name();
     let env = Env::new();
     let tmux = Tmux::start(&env.command_line(&["live", "--interval-s", "1"]));
-    let screen = tmux.wait_for(&["live", &cg.name], Duration::from_secs(20));
-    assert_shows(&screen, &["live", "Name", "<root>", &cg.name]);
+    let screen = tmux.wait_for(&["live", &name], Duration::from_secs(20));
+    assert_shows(&screen, &["live", "Name", "<root>", &name]);
     // Values appear once a second sample gives rates.
     let screen = tmux.wait_for(&["%"], Duration::from_secs(10));
     assert_shows(&screen, &["%"]);

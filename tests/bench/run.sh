@@ -10,8 +10,8 @@
 #             checks that everything runs in a guest, not the numbers.
 #   -- ARGS   cgroup-bench arguments replacing the default set below.
 set -euo pipefail
-cd "$(dirname "${BASH_SOURCE[0]}")/../.."
-say() { printf '[bench] %s\n' "$*" >&2; }
+source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
+cd "$REPO_ROOT"
 
 smoke=0 kernels="debian-7.3 patched" out=target/bench
 while [ $# -gt 0 ]; do
@@ -20,10 +20,11 @@ while [ $# -gt 0 ]; do
     --kernels) kernels=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
     --) shift; break ;;
-    *) say "unknown argument '$1' (see the usage at the top of $0)"; exit 2 ;;
+    *) die "unknown argument '$1' (see the usage at the top of $0)" ;;
   esac
 done
 
+# shellcheck disable=SC2054 # commas separate cgroup-bench's list values
 if [ $smoke = 1 ]; then
   args=(--sizes 10 --min-samples 2 --max-samples 3 --budget-s 0 --readers 1,2
         --cgroups 10 --holders 2 --overhead-secs 1 --overhead-rounds 1)
@@ -37,34 +38,35 @@ else
 fi
 [ $# -eq 0 ] || args=("$@")
 
-say "building release binaries"
-cargo build --release --locked -p bstats-bench -p bstats-below >&2
+build_release || die "build failed"
 
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
-failed=0
-for k in $kernels; do
+# One kernel: boot it, run the benchmark, print its tables (and with
+# --smoke check they are sane). A kernel that cannot be had is skipped.
+bench_kernel() {
+  local k=$1 img cmd
   if ! img=$(tests/vm/kernel.sh "$k" 2>"$out/kernel-$k.log" | tail -n1) || [ ! -f "$img" ]; then
-    say "SKIP $k: kernel not available: $(grep -v '^\s*$' "$out/kernel-$k.log" | tail -n1)"
-    continue
+    log "SKIP $k: kernel not available: $(grep -v '^\s*$' "$out/kernel-$k.log" | tail -n1)"
+    return 0
   fi
   rm -rf "${out:?}/$k"
   cmd=(cgroup-bench --below /bin/below --json /out/bench.json --md /out/bench.md "${args[@]}")
-  say "$k: ${cmd[*]}"
+  log "$k: ${cmd[*]}"
   if ! tests/vm/run.sh --kernel "$img" --timeout "$vm_timeout" --out "$out/$k" \
-      --add target/release/cgroup-bench:/bin/cgroup-bench --add target/release/below:/bin/below \
+      --add "$BENCH_BIN:/bin/cgroup-bench" --add "$BELOW_BIN:/bin/below" \
       -- "${cmd[@]}" >"$out/console-$k.log" 2>&1; then
-    say "FAILED $k (console: $out/console-$k.log):"
+    log "console: $out/console-$k.log:"
     tail -n 30 "$out/console-$k.log" | tr -d '\r' >&2
-    failed=1
-    continue
+    return 1
   fi
+  # shellcheck disable=SC2016 # backquotes are markdown
   printf '\n## Kernel %s\n\nReproduce all: `tests/bench/run.sh%s --kernels %s`\n\n' \
     "$k" "$([ $smoke = 1 ] && echo ' --smoke')" "$k"
   cat "$out/$k/bench.md"
-  if [ $smoke = 1 ]; then
-    # Sanity, not timing: the baseline and plain read produced numbers.
-    python3 - "$out/$k/bench.json" <<'PY' || failed=1
+  [ $smoke = 1 ] || return 0
+  # Sanity, not timing: the baseline and plain read produced numbers.
+  python3 - "$out/$k/bench.json" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1]))
 rows = {x["kind"]: x for x in r["collect"][0]["rows"]}
@@ -80,6 +82,9 @@ assert all(p["status"] != "ok" or p["p50_ms"] > 0 for p in r["parallel"]["rows"]
 assert r["overhead"]["rows"][0]["ops_per_s"] > 0
 print("[bench] smoke: sane", file=sys.stderr)
 PY
-  fi
+}
+
+for k in $kernels; do
+  check "bench $k" bench_kernel "$k"
 done
-exit $failed
+tally_summary

@@ -4,7 +4,7 @@
 # fallback: kernel without memcg kfuncs: auto falls back per file with the
 #           reason, forcing bpf fails with it; what BPF serves equals text.
 set -u
-B=/bpf_check
+B=/bstats-check
 fail=0
 check() {
   name=$1; shift

@@ -3,23 +3,9 @@
 # plain read over the same frozen cgroups; `below dump cgroup` must show the
 # same cgroups with the same values (every field, last sample).
 set -eu
-CG=/sys/fs/cgroup
-T=$CG/rec-t
-mkdir "$T"
-for c in memory cpu io pids; do
-  grep -qw $c $CG/cgroup.subtree_control && echo "+$c" > "$T/cgroup.subtree_control"
-done
-mkdir "$T/ra" "$T/rb"
-echo "+memory +pids" > "$T/rb/cgroup.subtree_control"
-mkdir "$T/rb/rc"
-echo 50000 100000 > "$T/ra/cpu.max"
-sh -c "echo \$\$ > $T/ra/cgroup.procs; n=0; while [ \$n -lt 20000 ]; do n=\$((n+1)); done; dd if=/dev/zero of=/tmp/fa bs=1M count=4 2>/dev/null; exec sleep 600" &
-sh -c "echo \$\$ > $T/rb/rc/cgroup.procs; exec sleep 600" &
-sleep 3
-echo 1 > "$T/cgroup.freeze"
-until grep -q "frozen 1" "$T/cgroup.events"; do sleep 0.1; done
-# The periodic memcg flush (2 s) settles what froze mid-update.
-sleep 4
+# The tree: $TREE (under the cgroup2 root) with ra and rb/rc, loaded and
+# frozen by `bstats-check frozen-tree`, which runs this script.
+: "${TREE:?run me under bstats-check frozen-tree}"
 
 for b in bpf read; do
   echo "== below --cgroup-backend $b record"
@@ -33,8 +19,8 @@ for b in bpf read; do
   # are compared exactly by tests/bpf after they settle.)
   /below --store-dir /tmp/s-$b dump cgroup --begin "10m ago" --everything -O csv > /tmp/dump-$b
   skip=$(head -1 /tmp/dump-$b | tr ',' '\n' | grep -n -E "^(Datetime|Timestamp)$|Pressure$" | cut -d: -f1 | tr '\n' ' ')
-  awk -F, -v skip="$skip" 'BEGIN { n = split(skip, s, " "); for (i = 1; i <= n; i++) drop[s[i]] = 1 }
-    $1 ~ /^(rec-t|ra|rb|rc)$/ { for (i in drop) $i = ""; last[$1] = $0 }
+  awk -F, -v skip="$skip" -v top="$TREE" 'BEGIN { n = split(skip, s, " "); for (i = 1; i <= n; i++) drop[s[i]] = 1 }
+    $1 == top || $1 ~ /^(ra|rb|rc)$/ { for (i in drop) $i = ""; last[$1] = $0 }
     END { for (k in last) print last[k] }' OFS=, /tmp/dump-$b | sort > /tmp/rows-$b
   cat /tmp/rows-$b | cut -c1-200
 done

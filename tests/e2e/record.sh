@@ -2,8 +2,14 @@
 # `below record` with the BPF backend and with plain read in the Debian 7.3
 # guest, over the same frozen cgroups: `below dump cgroup` must agree.
 set -euo pipefail
-cd "$(dirname "${BASH_SOURCE[0]}")/../.."
-echo "[e2e/record] building below (release)" >&2
-cargo build --release --locked -q -p bstats-below
-tests/vm/run.sh --kernel debian-7.3 --timeout 400 --add target/release/below:/below \
-  --add tests/e2e/record-guest.sh:/record-guest.sh -- sh /record-guest.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
+
+record() {
+  "$REPO_ROOT/tests/vm/run.sh" --kernel debian-7.3 --timeout 400 --add "$BELOW_BIN:/below" \
+    --add "$CHECK_BIN:/bstats-check" --add "$REPO_ROOT/tests/e2e/record-guest.sh:/record-guest.sh" \
+    -- /bstats-check frozen-tree sh /record-guest.sh
+}
+
+check "build" build_release
+check "record: bpf and read dumps agree (debian-7.3)" record
+tally_summary

@@ -4,15 +4,23 @@
 # --disable-exitstats); unprivileged, record works and says why exitstats
 # is off. 6.1: the same program loads (BTF tracepoint, ring buffer).
 set -euo pipefail
-cd "$(dirname "${BASH_SOURCE[0]}")/../.."
-echo "[exitstats] building below (release) and the burner" >&2
-cargo build --release --locked -q -p bstats-below
+source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
+
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-gcc -static -O2 -Wall -o "$tmp/burn" tests/exitstats/burn.c
-for run in debian-7.3:full debian-6.1:basic; do
-  tests/vm/run.sh --kernel "${run%:*}" --timeout 500 --add target/release/below:/below \
+
+burner() { gcc -static -O2 -Wall -o "$tmp/burn" "$REPO_ROOT/tests/exitstats/burn.c"; }
+
+# guest KERNEL MODE: boots KERNEL and runs guest.sh's MODE checks.
+guest() {
+  "$REPO_ROOT/tests/vm/run.sh" --kernel "$1" --timeout 500 --add "$BELOW_BIN:/below" \
     --add "$tmp/burn:/burn-short" --add "$tmp/burn:/burn-long" \
     --add /usr/bin/setpriv:/usr/bin/setpriv \
-    --add tests/exitstats/guest.sh:/guest.sh -- sh /guest.sh "${run#*:}"
-done
+    --add "$REPO_ROOT/tests/exitstats/guest.sh:/guest.sh" -- sh /guest.sh "$2"
+}
+
+check "build" build_release
+check "burner" burner
+check "exitstats (debian-7.3)" guest debian-7.3 full
+check "exitstats (debian-6.1)" guest debian-6.1 basic
+tally_summary

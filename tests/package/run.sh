@@ -8,27 +8,16 @@
 # package lies over /usr and /etc and /var/log is a tmpfs, so the host is
 # untouched — and dumps them. Needs root.
 set -euo pipefail
-cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
+cd "$REPO_ROOT"
 
-say() { printf '[package] %s\n' "$*" >&2; }
-fail() {
-  say "FAIL: $*"
-  exit 1
-}
 
-missing=()
-for p in dpkg-dev man-db binutils systemd util-linux; do
-  [ "$(dpkg-query -W -f='${db:Status-Status}' "$p" 2>/dev/null || true)" = installed ] || missing+=("$p")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-  say "installing ${missing[*]}"
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}" >&2
-fi
+install_pkgs dpkg-dev man-db binutils systemd util-linux
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 deb=$(packaging/build-deb.sh --profile dev --out "$work" | tail -n 1)
-say "built $deb"
+log "built $deb"
 
 dpkg-deb --contents "$deb" | awk '{ print $NF }' >"$work/contents"
 for f in ./usr/bin/below \
@@ -38,29 +27,29 @@ for f in ./usr/bin/below \
   ./usr/share/fish/vendor_completions.d/below.fish \
   ./etc/below/below.conf ./lib/systemd/system/below.service \
   ./usr/share/doc/bstats-below/copyright; do
-  grep -qxF "$f" "$work/contents" || fail "the package lacks $f"
+  grep -qxF "$f" "$work/contents" || die "the package lacks $f"
 done
-[ "$(dpkg-deb -f "$deb" Package)" = bstats-below ] || fail "package name"
-dpkg-deb -f "$deb" Depends | grep -q 'libelf1' || fail "Depends lacks libelf1: $(dpkg-deb -f "$deb" Depends)"
-dpkg-deb -f "$deb" Provides | grep -qx below || fail "does not provide below"
+[ "$(dpkg-deb -f "$deb" Package)" = bstats-below ] || die "package name"
+dpkg-deb -f "$deb" Depends | grep -q 'libelf1' || die "Depends lacks libelf1: $(dpkg-deb -f "$deb" Depends)"
+dpkg-deb -f "$deb" Provides | grep -qx below || die "does not provide below"
 dpkg-deb --ctrl-tarfile "$deb" | tar -xO ./conffiles | grep -qxF /etc/below/below.conf ||
-  fail "below.conf is not a conffile"
-dpkg-deb --ctrl-tarfile "$deb" | tar -tv ./postinst | grep -q '^-rwx' || fail "no executable postinst"
-say "contents: $(wc -l <"$work/contents") entries, all expected files present"
+  die "below.conf is not a conffile"
+dpkg-deb --ctrl-tarfile "$deb" | tar -tv ./postinst | grep -q '^-rwx' || die "no executable postinst"
+log "contents: $(wc -l <"$work/contents") entries, all expected files present"
 
 root=$work/root
 dpkg-deb -x "$deb" "$root"
-bash -n "$root/usr/share/bash-completion/completions/below" || fail "bash completions do not parse"
-grep -q snapshot "$root/usr/share/bash-completion/completions/below" || fail "completions lack snapshot"
+bash -n "$root/usr/share/bash-completion/completions/below" || die "bash completions do not parse"
+grep -q snapshot "$root/usr/share/bash-completion/completions/below" || die "completions lack snapshot"
 man -l "$root/usr/share/man/man1/below-record.1.gz" 2>/dev/null | grep -q -- --skew-detection-threshold-ms ||
-  fail "below-record(1) lacks --skew-detection-threshold-ms"
-grep -v '^\s*\(#\|$\)' "$root/etc/below/below.conf" && fail "below.conf sets something: defaults stay commented"
+  die "below-record(1) lacks --skew-detection-threshold-ms"
+grep -v '^\s*\(#\|$\)' "$root/etc/below/below.conf" && die "below.conf sets something: defaults stay commented"
 "$root/usr/bin/below" --config "$root/etc/below/below.conf" backends --now >/dev/null ||
-  fail "the shipped below.conf does not load"
+  die "the shipped below.conf does not load"
 
 unit=$root/lib/systemd/system/below.service
-grep -qx 'Restart=on-failure' "$unit" || fail "unit: no Restart=on-failure"
-grep -qx 'LogsDirectory=below' "$unit" || fail "unit: store not under /var/log/below"
+grep -qx 'Restart=on-failure' "$unit" || die "unit: no Restart=on-failure"
+grep -qx 'LogsDirectory=below' "$unit" || die "unit: store not under /var/log/below"
 exec_start=$(sed -n 's/^ExecStart=//p' "$unit")
 # CAP_BPF CAP_PERFMON … → -all,+bpf,+perfmon,… for setpriv
 caps=-all
@@ -68,8 +57,8 @@ read -ra unit_caps <<<"$(sed -n 's/^CapabilityBoundingSet=//p' "$unit")"
 for c in "${unit_caps[@]}"; do
   caps+=",+$(tr '[:upper:]' '[:lower:]' <<<"${c#CAP_}")"
 done
-[ "$caps" != -all ] || fail "unit: no CapabilityBoundingSet"
-say "ExecStart=$exec_start; capabilities $caps"
+[ "$caps" != -all ] || die "unit: no CapabilityBoundingSet"
+log "ExecStart=$exec_start; capabilities $caps"
 
 # shellcheck disable=SC2016 # expanded by the inner shell
 unshare -m --propagation private bash -s "$root" "$exec_start" "$caps" "$work" <<'EOF'
@@ -81,8 +70,8 @@ mount -t overlay overlay -o lowerdir="$root/etc:/etc" /etc
 mount -t tmpfs tmpfs /var/log
 
 systemd-analyze verify "$root/lib/systemd/system/below.service" 2>"$work/verify" ||
-  fail "systemd-analyze verify: $(cat "$work/verify")"
-[ ! -s "$work/verify" ] || fail "systemd-analyze verify warns: $(cat "$work/verify")"
+  die "systemd-analyze verify: $(cat "$work/verify")"
+[ ! -s "$work/verify" ] || die "systemd-analyze verify warns: $(cat "$work/verify")"
 printf '[package] systemd-analyze verify: clean\n' >&2
 
 # Another user's process: its I/O and executable need the unit's
@@ -96,16 +85,16 @@ rc=0
 LOGS_DIRECTORY=/var/log/below timeout -s TERM 17 \
   setpriv --no-new-privs --bounding-set "$caps" $exec_start 2>"$work/record.log" || rc=$?
 # timeout's 124: it sent SIGTERM (below exits cleanly on it).
-[ "$rc" = 124 ] || fail "ExecStart exited with $rc: $(cat "$work/record.log")"
-[ -d /var/log/below/store ] || fail "no store in /var/log/below/store"
+[ "$rc" = 124 ] || die "ExecStart exited with $rc: $(cat "$work/record.log")"
+[ -d /var/log/below/store ] || die "no store in /var/log/below/store"
 n=$(below dump system -b "$begin" -f timestamp -O csv | grep -c '^[0-9]') || true
-[ "$n" -ge 3 ] || fail "$n samples recorded: $(cat "$work/record.log")"
+[ "$n" -ge 3 ] || die "$n samples recorded: $(cat "$work/record.log")"
 row=$(below dump process -b "$begin" -f pid io.rbytes_per_sec exe_path -O csv | grep "^$other," | tail -n 1)
 kill "$other"
 case $row in
-  *'?'* | '') fail "another user's process lacks I/O or exe ($row): capabilities too few?" ;;
+  *'?'* | '') die "another user's process lacks I/O or exe ($row): capabilities too few?" ;;
 esac
 grep -q 'data collection took\|ERRO' "$work/record.log" && printf '[package] record log:\n%s\n' "$(cat "$work/record.log")" >&2
 printf '[package] ExecStart ran: %s samples in /var/log/below/store; other user'"'"'s process: %s\n' "$n" "$row" >&2
 EOF
-say "ok"
+log "ok"

@@ -13,10 +13,10 @@ echo 0 > $T/options/sleep-time 2>/dev/null
 FUNCS=${FUNCS:-"css_rstat_flush mem_cgroup_css_rstat_flush blkcg_rstat_flush cgroup_stream_workfn"}
 : > $T/set_ftrace_filter
 for f in $FUNCS; do
-	echo $f >> $T/set_ftrace_filter 2>/dev/null || echo "bench: no $f to trace"
+	echo "$f" >> $T/set_ftrace_filter 2>/dev/null || echo "bench: no $f to trace"
 done
 echo "bench: profiling: $(cat $T/set_ftrace_filter | tr '\n' ' ')"
-$B setup $NCG || exit 1
+"$B" setup "$NCG" || exit 1
 
 # Per-function totals (hits, us) over all CPUs, from the profiler.
 snap() {
@@ -34,16 +34,16 @@ echo 1 > $T/function_profile_enabled
 # mode: idle (load only), plain, stream
 run() {
 	mode=$1
-	$B load $NCG $NLOAD $((SECS + 3)) &
+	"$B" load "$NCG" "$NLOAD" $((SECS + 3)) &
 	lp=$!
 	sleep 1
-	[ $mode = stream ] && echo $PERIOD > /sys/fs/cgroup/cpu.stat.stream_interval
+	[ "$mode" = stream ] && echo "$PERIOD" > /sys/fs/cgroup/cpu.stat.stream_interval
 	snap > /tmp/before
 	s0=$(awk '/^cpu /{print $4}' /proc/stat)
 	case $mode in
-	idle) sleep $SECS ;;
-	plain) $B plain $NCG $NR $SECS $PERIOD ;;
-	stream) $B stream $NCG $NR $SECS ;;
+	idle) sleep "$SECS" ;;
+	plain) "$B" plain "$NCG" "$NR" "$SECS" "$PERIOD" ;;
+	stream) "$B" stream "$NCG" "$NR" "$SECS" ;;
 	esac
 	s1=$(awk '/^cpu /{print $4}' /proc/stat)
 	snap > /tmp/after

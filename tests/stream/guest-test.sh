@@ -11,7 +11,7 @@ bin=${1:-}
 [ -n "$bin" ] || for b in "$here/test_stat_stream" /test_stat_stream; do
 	[ -x "$b" ] && { bin=$b; break; }
 done
-[ -n "$bin" ] && [ -x "$bin" ] || { echo "guest-test: no test binary"; exit 2; }
+if [ -z "$bin" ] || [ ! -x "$bin" ]; then echo "guest-test: no test binary"; exit 2; fi
 
 fail=0
 [ -d /proc/self ] || mount -t proc proc /proc

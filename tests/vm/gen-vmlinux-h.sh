@@ -11,7 +11,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 kernel=${1:-debian-7.3}
 output=${2:-$REPO_ROOT/below/bpf_stats/src/bpf/vmlinux.h}
 
-"$VM_DIR/deps.sh" --quiet
+install_pkgs "${PKGS_VM[@]}"
 command -v bpftool >/dev/null || die "bpftool not found"
 
 kimage=$("$VM_DIR/kernel.sh" "$kernel" | tail -n1)

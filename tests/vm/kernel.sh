@@ -153,7 +153,7 @@ build_patched() {
   fi
   local t0=$SECONDS
   log "building linux 7.3 ($SRC73_VERSION) with ${#PATCHES[@]} patches from patches/ (key $key) ..."
-  "$VM_DIR/deps.sh" --build --quiet
+  install_pkgs "${PKGS_KERNEL[@]}"
 
   local bdir="$CACHE/build" src="$CACHE/build/src" obj="$CACHE/build/obj"
   mkdir -p "$bdir"
@@ -171,11 +171,13 @@ build_patched() {
   # 2. patches: undo the previously applied set if it differs, apply ours
   local want have
   want=$(for p in "${PATCHES[@]+"${PATCHES[@]}"}"; do basename "$p"; sha256_of "$p"; done | sha256sum)
+  # shellcheck disable=SC2012 # our own file names (patch names, cache keys)
   have=$(cd "$src/.below-patches" && for p in $(ls | LC_ALL=C sort); do echo "$p"; sha256_of "$p"; done | sha256sum)
   if [ "$want" != "$have" ]; then
     local p
     # .below-patches always lists exactly what is applied: each patch is
     # tried with --dry-run first, so a bad patch leaves the tree untouched.
+    # shellcheck disable=SC2012 # our own file names (patch names, cache keys)
     for p in $(cd "$src/.below-patches" && ls | LC_ALL=C sort -r); do
       log "reverting previously applied $p"
       if ! patch -d "$src" -p1 -R --batch --dry-run --quiet <"$src/.below-patches/$p" >/dev/null ||
@@ -230,6 +232,7 @@ build_patched() {
     for p in "${PATCHES[@]+"${PATCHES[@]}"}"; do echo "patch $(basename "$p") $(sha256_of "$p")"; done; } >"$dest.tmp/info"
   rm -rf "$dest"; mv "$dest.tmp" "$dest"
   # keep the newest 4 patched kernels
+  # shellcheck disable=SC2012 # our own file names (patch names, cache keys)
   ls -1dt "$CACHE/kernels/patched"/*/ 2>/dev/null | tail -n +5 | while IFS= read -r old; do rm -rf "$old"; done
   # The ~2 GB source+build dirs serve incremental rebuilds; drop them in CI.
   if [ "${CI:-}" = true ] || [ "${BELOW_VM_KEEP_BUILD:-1}" = 0 ]; then

@@ -1,14 +1,13 @@
 # shellcheck shell=bash
-# Common helpers for the tests/vm scripts. Source it; do not run it.
+# shellcheck disable=SC2034 # variables for the scripts that source it
+# The VM rig's helpers (kernel debs, private apt suites) on top of
+# tests/lib.sh. Source it; do not run it.
 
-VM_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-REPO_ROOT=$(cd "$VM_DIR/../.." && pwd)
+source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
+VM_DIR=$REPO_ROOT/tests/vm
 CACHE=${BELOW_VM_CACHE:-$HOME/.cache/below-vm}
 mkdir -p "$CACHE"
 CACHE=$(cd "$CACHE" && pwd)
-
-log() { printf '[vm] %s\n' "$*" >&2; }
-die() { printf '[vm] ERROR: %s\n' "$*" >&2; exit 1; }
 
 sha256_of() { sha256sum "$1" | cut -d' ' -f1; }
 

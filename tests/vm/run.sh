@@ -18,7 +18,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 # (braces: bash parses the whole body first, so editing this file while it runs is safe)
 {
 
-kernel= timeout_s=600 out= disk= mem=2G smp=2 append=
+kernel='' timeout_s=600 out='' disk='' mem=2G smp=2 append=''
 adds=()
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -37,7 +37,7 @@ done
 [ -n "$kernel" ] || die "--kernel is required"
 [ $# -gt 0 ] || die "no guest command given (after --)"
 
-"$VM_DIR/deps.sh" --quiet
+install_pkgs "${PKGS_VM[@]}"
 
 # ---- kernel -----------------------------------------------------------------
 if [ -f "$kernel" ]; then
@@ -51,7 +51,7 @@ kmods=$(dirname "$kimage")/modules
 
 # ---- base initramfs (busybox), cached ----------------------------------------
 bb=$(command -v busybox || true)
-[ -n "$bb" ] && [ -x "$bb" ] || die "busybox not found (tests/vm/deps.sh installs busybox-static)"
+{ [ -n "$bb" ] && [ -x "$bb" ]; } || die "busybox not found (./x deps installs busybox-static)"
 if ldd "$bb" >/dev/null 2>&1; then die "$bb is dynamically linked: install busybox-static"; fi
 base="$CACHE/initramfs/base-$(sha256_of "$bb" | cut -c1-16).cpio"
 if [ ! -f "$base" ]; then
@@ -90,7 +90,7 @@ copy_libs() {
   local deps
   deps=$(ldd "$f" 2>/dev/null) || return 0
   while read -r lib; do
-    [ -n "$lib" ] && [ -e "$lib" ] || continue
+    { [ -n "$lib" ] && [ -e "$lib" ]; } || continue
     [ -e "$root$lib" ] && continue
     mkdir -p "$root$(dirname "$lib")"
     cp -L "$lib" "$root$lib"
@@ -128,6 +128,7 @@ export PATH=/bin:/sbin:/usr/bin:/usr/sbin:/usr/local/bin
 export HOME=/root TERM=dumb
 WANT_OUT=$want_out
 INIT
+# shellcheck disable=SC2129 # the init script is written in parts, quoted and not
 cat >>"$root/init" <<'INIT'
 mount -t proc proc /proc
 mount -t sysfs sysfs /sys
@@ -195,6 +196,7 @@ cat "$base" "$work/run.cpio" >"$work/initrd.cpio"
 # Single-threaded TCG: with one host thread per vCPU, a vCPU now and then
 # executes the int3 the kernel plants while live-patching its text (static
 # keys, ftrace) on another vCPU and oopses ("Oops: int3", seen on 7.3).
+# shellcheck disable=SC2054 # commas are qemu's
 qargs=(-accel tcg,thread=single -m "$mem" -smp "$smp" -nographic -no-reboot -nic none
        -kernel "$kimage" -initrd "$work/initrd.cpio"
        -append "console=ttyS0 panic=-1 quiet$append")

@@ -40,23 +40,20 @@ GUEST
 chmod +x "$work/check.sh"
 
 # what the guest must see as its arguments
+# shellcheck disable=SC2016 # a literal $HOME is the point
 args=("a b  c" "it's" '$HOME' '"quoted"' 'back\slash' '')
 printf '[%s]\n' "${args[@]}" >"$work/args.expected"
 
-fail=0
-for k in "${kernels[@]}"; do
+# One kernel: boot it, run check.sh, compare what came back.
+selftest_kernel() {
+  local k=$1 want_kfunc out rc=0 res bad=() want
   case "$k" in
     *6.1*) want_kfunc=no ;;
     *) want_kfunc=yes ;;
   esac
-  log "selftest: $k (expect kfunc=$want_kfunc)"
   out="$work/out-$k"
-  t0=$(date +%s.%N)
-  rc=0
   "$VM_DIR/run.sh" --kernel "$k" --timeout 300 --out "$out" --add "$work/check.sh:/selftest/check.sh" \
     -- /selftest/check.sh "${args[@]}" >"$work/console-$k.log" || rc=$?
-  secs=$(awk -v s="$t0" -v e="$(date +%s.%N)" 'BEGIN{printf "%.1f", e-s}')
-  bad=()
   [ "$rc" = 0 ] || bad+=("guest exit code $rc")
   res="$out/result"
   if [ ! -f "$res" ]; then
@@ -70,15 +67,17 @@ for k in "${kernels[@]}"; do
     [ "$(md5sum <"$out/blob" | cut -d' ' -f1)" = "$(cat "$out/blob.md5")" ] || bad+=("/out/blob corrupted")
   fi
   if [ ${#bad[@]} -eq 0 ]; then
-    log "selftest: $k OK in ${secs}s ($(grep '^kernel=' "$res"), kfunc=$want_kfunc)"
-  else
-    fail=1
-    log "selftest: $k FAILED in ${secs}s:"
-    for b in "${bad[@]}"; do log "  - $b"; done
-    tail -n 30 "$work/console-$k.log" | tr -d '\r' | sed 's/^/[vm]   | /' >&2
+    log "selftest: $k: $(grep '^kernel=' "$res"), kfunc=$want_kfunc"
+    return 0
   fi
+  for b in "${bad[@]}"; do log "  - $b"; done
+  tail -n 30 "$work/console-$k.log" | tr -d '\r' | sed 's/^/[vm]   | /' >&2
+  return 1
+}
+
+for k in "${kernels[@]}"; do
+  check "selftest $k" selftest_kernel "$k"
 done
-if [ $fail = 0 ]; then log "selftest: all passed (${kernels[*]})"; else log "selftest: FAILED"; fi
-exit $fail
+tally_summary
 exit $?
 }

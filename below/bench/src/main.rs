@@ -5,7 +5,6 @@
 mod alloc;
 mod bench;
 mod collectors;
-mod fixture;
 mod overhead;
 mod probe;
 mod report;
@@ -18,6 +17,7 @@ use std::sync::atomic::Ordering;
 use anyhow::bail;
 use anyhow::Context;
 use anyhow::Result;
+use bstats_testkit as fixture;
 use clap::Parser;
 use nix::sys::signal::signal;
 use nix::sys::signal::SigHandler;
@@ -121,9 +121,6 @@ fn main() -> Result<()> {
     let argv: Vec<String> = std::env::args().collect();
     // Helper modes run as child processes of the benchmark.
     match argv.get(1).map(String::as_str) {
-        Some("__hold") if argv.len() == 4 => {
-            return fixture::hold(argv[2].as_ref(), argv[3].parse()?)
-        }
         Some("__work") if argv.len() == 5 => {
             return overhead::work(argv[2].parse()?, argv[3].parse()?, argv[4].parse()?)
         }

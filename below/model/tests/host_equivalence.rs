@@ -2,85 +2,26 @@
 //! one below-model 0.9's own `Collector` builds, field by field, for frozen
 //! test cgroups. Needs root (it creates cgroups).
 
-use std::fs;
 use std::path::Path;
-use std::path::PathBuf;
-use std::process::Child;
-use std::process::Command;
-use std::time::Duration;
 
 use bpf_stats::BackendChoice;
+use bstats_testkit::Controllers;
+use bstats_testkit::Fixture;
+use bstats_testkit::Work;
 use model::CgroupSample;
 
-/// Test cgroups under the real cgroup2 root, removed on drop.
-struct TestTree {
-    top: PathBuf,
-    children: Vec<Child>,
-}
-
-impl TestTree {
-    fn new(name: &str) -> TestTree {
-        let root = bpf_stats::find_cgroup2_mount().expect("cgroup2 mount");
-        let top = root.join(format!("{}-{}", name, std::process::id()));
-        let mut t = TestTree {
-            top,
-            children: vec![],
-        };
-        for d in ["", "a", "a/x", "a/y", "a/y/deep", "b", "c"] {
-            fs::create_dir(t.top.join(d)).expect("mkdir cgroup (are you root?)");
-        }
-        for d in ["a/x", "a/y/deep", "b"] {
-            t.spawn_in(d);
-        }
-        t
+/// Test cgroups with idle processes in three of the leaves.
+fn tree() -> Fixture {
+    let root = bpf_stats::find_cgroup2_mount().expect("cgroup2 mount");
+    let mut t = Fixture::new(&root, "eq", Controllers::All).expect("test cgroups (are you root?)");
+    for d in ["a", "a/x", "a/y", "a/y/deep", "b", "c"] {
+        t.mkdir(d).unwrap();
     }
-
-    fn spawn_in(&mut self, cg: &str) {
-        let child = Command::new("sleep").arg("600").spawn().unwrap();
-        fs::write(
-            self.top.join(cg).join("cgroup.procs"),
-            child.id().to_string(),
-        )
-        .unwrap();
-        self.children.push(child);
+    for d in ["a/x", "a/y/deep", "b"] {
+        let cg = t.top().join(d);
+        t.spawn(&cg, &Work::default()).unwrap();
     }
-
-    fn freeze(&self) {
-        fs::write(self.top.join("cgroup.freeze"), "1").unwrap();
-        for _ in 0..100 {
-            let events = fs::read_to_string(self.top.join("cgroup.events")).unwrap();
-            if events.contains("frozen 1") {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        panic!("test cgroups did not freeze");
-    }
-}
-
-impl Drop for TestTree {
-    fn drop(&mut self) {
-        let _ = fs::write(self.top.join("cgroup.freeze"), "0");
-        for c in &mut self.children {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-        let mut dirs: Vec<PathBuf> = walk(&self.top);
-        dirs.sort_by_key(|p| std::cmp::Reverse(p.components().count()));
-        for d in dirs {
-            let _ = fs::remove_dir(d);
-        }
-    }
-}
-
-fn walk(p: &Path) -> Vec<PathBuf> {
-    let mut out = vec![p.to_path_buf()];
-    for e in fs::read_dir(p).into_iter().flatten().flatten() {
-        if e.file_type().map(|t| t.is_dir()).unwrap_or(false) {
-            out.extend(walk(&e.path()));
-        }
-    }
-    out
+    t
 }
 
 /// Pressure averages decay even in frozen cgroups; totals do not.
@@ -142,14 +83,14 @@ fn count(s: &CgroupSample) -> usize {
 
 #[test]
 fn plain_read_equals_below_collector_on_frozen_cgroups() {
-    let tree = TestTree::new("bstats-eq");
-    tree.freeze();
+    let tree = tree();
+    tree.freeze().unwrap();
     // A concurrent flush can land between two reads; the same state read
     // twice by us around below's read rules that out.
     for _ in 0..5 {
-        let before = ours(&tree.top);
-        let theirs = belows(&tree.top);
-        let after = ours(&tree.top);
+        let before = ours(tree.top());
+        let theirs = belows(tree.top());
+        let after = ours(tree.top());
         if before != after {
             continue;
         }

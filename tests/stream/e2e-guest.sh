@@ -3,7 +3,7 @@
 # loaded, frozen tree, and `below record --cgroup-backend stream` records.
 set -eu
 echo "== stream vs plain read on frozen cgroups"
-/bpf_check compare 60 stream
+/bstats-check compare 60 stream
 
 echo "== below record --cgroup-backend stream"
 mkdir -p /sys/fs/cgroup/stream-t/c1 /sys/fs/cgroup/stream-t/c2

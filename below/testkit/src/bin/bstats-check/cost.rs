@@ -1,0 +1,152 @@
+//! Checks 5 and 6: syscalls and CPU per sample.
+
+use std::fs;
+use std::path::Path;
+use std::time::Duration;
+use std::time::Instant;
+
+use anyhow::bail;
+use anyhow::Context;
+use anyhow::Result;
+use bpf_stats::BackendChoice;
+use bpf_stats::CgroupCollector;
+use bpf_stats::StatFile;
+use bstats_testkit::Controllers;
+use bstats_testkit::Fixture;
+use libbpf_rs::libbpf_sys;
+use libbpf_rs::libbpf_sys::perf_event_attr;
+
+use crate::cgroup_root;
+use crate::options;
+
+/// Counts this process's syscalls (all, and openat) with the
+/// raw_syscalls/syscalls tracepoints through perf counters.
+struct SyscallCounter {
+    all: i32,
+    opens: i32,
+}
+
+impl SyscallCounter {
+    fn new() -> Result<Self> {
+        let base = [
+            "/sys/kernel/tracing/events",
+            "/sys/kernel/debug/tracing/events",
+        ]
+        .into_iter()
+        .find(|p| Path::new(p).exists())
+        .context("no tracefs (mount -t tracefs nodev /sys/kernel/tracing)")?;
+        Ok(SyscallCounter {
+            all: Self::open(&format!("{base}/raw_syscalls/sys_enter/id"))?,
+            opens: Self::open(&format!("{base}/syscalls/sys_enter_openat/id"))?,
+        })
+    }
+
+    fn open(id_file: &str) -> Result<i32> {
+        let id: u64 = fs::read_to_string(id_file)
+            .with_context(|| format!("reading {id_file}"))?
+            .trim()
+            .parse()?;
+        // SAFETY: perf_event_attr is plain data; zero is a valid start.
+        let mut attr: perf_event_attr = unsafe { std::mem::zeroed() };
+        attr.type_ = libbpf_sys::PERF_TYPE_TRACEPOINT;
+        attr.size = std::mem::size_of::<perf_event_attr>() as u32;
+        attr.config = id;
+        // SAFETY: counting this thread on any CPU.
+        let fd = unsafe { libc::syscall(libc::SYS_perf_event_open, &attr, 0, -1, -1, 0) };
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error()).context("perf_event_open");
+        }
+        Ok(fd as i32)
+    }
+
+    fn read(fd: i32) -> u64 {
+        let mut v = 0u64;
+        // SAFETY: reading one u64 counter value into `v`.
+        unsafe { libc::read(fd, (&mut v as *mut u64).cast(), 8) };
+        v
+    }
+
+    /// (syscalls, openats) made by `f`: the first read's entry is already
+    /// counted, the other three reads are subtracted.
+    fn count(&self, f: impl FnOnce()) -> (u64, u64) {
+        let (a0, o0) = (Self::read(self.all), Self::read(self.opens));
+        f();
+        let (o1, a1) = (Self::read(self.opens), Self::read(self.all));
+        (a1 - a0 - 3, o1 - o0)
+    }
+}
+
+/// A BPF sample with the default files (memory.numa_stat
+/// included) opens nothing and makes as many syscalls with 200 cgroups as
+/// with 10.
+pub fn syscalls() -> Result<()> {
+    let counter = SyscallCounter::new()?;
+    let root = cgroup_root()?;
+    let mut results = Vec::new();
+    for n in [10, 200] {
+        let mut t = Fixture::new(&root, "syscalls", Controllers::All)?;
+        for i in 0..n - 1 {
+            t.mkdir(&format!("c{i}"))?;
+        }
+        let mut c = CgroupCollector::new(&options(&root, BackendChoice::Bpf))?;
+        if !c.wanted().contains(StatFile::MemoryNumaStat) {
+            bail!("memory.numa_stat is not among the default files");
+        }
+        c.collect(); // first sample opens the root's kept files
+        let mut nodes = 0;
+        let (calls, opens) = counter.count(|| nodes = c.collect().nodes.len());
+        println!(
+            "syscalls: {nodes} cgroups, {} files: {calls} syscalls, {opens} opens per BPF sample",
+            c.wanted().iter().count()
+        );
+        results.push((calls, opens));
+    }
+    if results[0] != results[1] || results[0].1 != 0 {
+        bail!("syscalls per sample are not constant / files were opened: {results:?}");
+    }
+    println!("syscalls: OK");
+    Ok(())
+}
+
+fn cpu_time() -> Duration {
+    // SAFETY: getrusage fills the struct.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
+    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
+    tv(ru.ru_utime) + tv(ru.ru_stime)
+}
+
+/// CPU (user+sys) per sample at `n` cgroups: BPF pass, BPF pass +
+/// tree build, plain read.
+pub fn bench(n: usize, samples: u32) -> Result<()> {
+    let root = cgroup_root()?;
+    let mut t = Fixture::new(&root, "bench", Controllers::All)?;
+    let per = 100;
+    for a in 0..n.div_ceil(per) {
+        let mid = t.mkdir(&format!("g{a}"))?;
+        t.enable_controllers(&mid)?;
+        for b in 0..per.min(n - a * per) - usize::from(a == 0) {
+            t.mkdir(&format!("g{a}/c{b}"))?;
+        }
+    }
+    let per_sample = |label: &str, f: &mut dyn FnMut() -> usize| {
+        let nodes = f(); // warm up
+        let t0 = cpu_time();
+        let w0 = Instant::now();
+        for _ in 0..samples {
+            f();
+        }
+        let cpu = (cpu_time() - t0) / samples;
+        let wall = w0.elapsed() / samples;
+        println!("bench: {label:<28} {nodes:>5} cgroups  cpu {cpu:>10.3?}/sample  wall {wall:>10.3?}/sample");
+    };
+    let mut bpf = CgroupCollector::new(&options(&root, BackendChoice::Bpf))?;
+    per_sample("bpf pass only", &mut || {
+        bpf.bpf_pass().expect("bpf planned").expect("pass") as usize
+    });
+    per_sample("bpf pass + tree build", &mut || bpf.collect().nodes.len());
+    let mut read = CgroupCollector::new(&options(&root, BackendChoice::Read))?;
+    per_sample("read (same files)", &mut || read.collect().nodes.len());
+    drop(t);
+    Ok(())
+}

@@ -1,0 +1,79 @@
+# shellcheck shell=bash
+# shellcheck disable=SC2034 # variables for the scripts that source it
+# The shell library of x and of every suite under tests/. Source it; do not
+# run it. Gives: REPO_ROOT; log/die tagged with the suite's directory name;
+# a pass/fail tally (check, tally_summary); one package installer
+# (install_pkgs and the package sets); the release binaries built once per
+# `./x test` (build_release, BELOW_BIN, CHECK_BIN, BENCH_BIN).
+
+REPO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# The tag of the script that was run ([bpf], [vm], …); x sets its own.
+LOG_TAG=$(basename "$(dirname "${BASH_SOURCE[-1]}")")
+
+log() { printf '[%s] %s\n' "$LOG_TAG" "$*" >&2; }
+die() { log "ERROR: $*"; exit 1; }
+
+# ---- pass/fail tally ----------------------------------------------------------
+PASSED=0 FAILED=0 FAILURES=()
+
+# check NAME CMD [ARGS...]: runs CMD, logs and counts whether it passed.
+check() {
+  local name=$1 t0=$SECONDS; shift
+  log "=== $name"
+  if "$@"; then
+    PASSED=$((PASSED + 1)); log "=== $name: ok ($((SECONDS - t0)) s)"
+  else
+    FAILED=$((FAILED + 1)); FAILURES+=("$name"); log "=== $name: FAILED ($((SECONDS - t0)) s)"
+  fi
+}
+
+# Prints the tally (`summary: N passed, N failed`); fails when a check failed.
+tally_summary() {
+  [ "$FAILED" -eq 0 ] || log "failed: ${FAILURES[*]}"
+  echo "summary: $PASSED passed, $FAILED failed"
+  [ "$FAILED" -eq 0 ]
+}
+
+# ---- packages -----------------------------------------------------------------
+# What building and testing needs, by purpose.
+PKGS_BUILD=(clang-19 llvm-19 libelf-dev zlib1g-dev pkg-config make)
+PKGS_TEST=(tmux util-linux python3 shellcheck dpkg-dev binutils)
+PKGS_VM=(qemu-system-x86 busybox-static cpio xz-utils zstd bpftool debian-archive-keyring)
+# Building our own kernel (tests/vm/kernel.sh patched).
+PKGS_KERNEL=(build-essential patch flex bison bc libelf-dev libssl-dev dwarves python3)
+
+# install_pkgs PKG...: apt-get installs those not installed; apt-get update
+# runs only when something is missing.
+install_pkgs() {
+  local p missing=()
+  for p in "$@"; do
+    [ "$(dpkg-query -W -f='${db:Status-Status}' "$p" 2>/dev/null || true)" = installed ] || missing+=("$p")
+  done
+  [ ${#missing[@]} -gt 0 ] || return 0
+  log "installing ${missing[*]}"
+  [ "$(id -u)" = 0 ] || die "installing packages needs root"
+  DEBIAN_FRONTEND=noninteractive apt-get update -q >&2
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}" >&2
+}
+
+# ---- release binaries -----------------------------------------------------------
+TARGET_DIR=${CARGO_TARGET_DIR:-$REPO_ROOT/target}
+BELOW_BIN=$TARGET_DIR/release/below
+CHECK_BIN=$TARGET_DIR/release/bstats-check
+BENCH_BIN=$TARGET_DIR/release/cgroup-bench
+
+# Builds every release binary the suites take into guests, in one cargo run
+# (one feature resolution, so no suite rebuilds another's). Once per `./x test`:
+# x exports BSTATS_RELEASE_BUILT after building, and suites skip it.
+build_release() {
+  [ -z "${BSTATS_RELEASE_BUILT:-}" ] || return 0
+  log "building release binaries (below, bstats-check, cgroup-bench)"
+  (cd "$REPO_ROOT" && cargo build --release --locked -q -p bstats-below -p bstats-testkit -p bstats-bench) || return 1
+  export BSTATS_RELEASE_BUILT=1
+}
+
+# ---- shellcheck ----------------------------------------------------------------
+# Every shell script of ours: x and the scripts under tests/ (host and guest).
+shellcheck_all() {
+  (cd "$REPO_ROOT" && { printf 'x\0'; find tests -name '*.sh' -print0; } | xargs -0 shellcheck -x)
+}
