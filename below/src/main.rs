@@ -19,7 +19,6 @@ use clap::CommandFactory;
 use clap::Parser;
 use clap::Subcommand;
 use serde::Deserialize;
-use slog::debug;
 use slog::info;
 use slog::o;
 use slog::Drain;

@@ -3,7 +3,6 @@
 //! cgroups) and tmux.
 
 use std::fs;
-use std::path::PathBuf;
 use std::process::Command;
 use std::process::Output;
 use std::time::Duration;
@@ -15,8 +14,6 @@ use common::Env;
 
 use bstats_testkit::Controllers;
 use bstats_testkit::Fixture;
-
-const BELOW: &str = env!("CARGO_BIN_EXE_below");
 
 /// A test cgroup with two children under the host's cgroup2 mount.
 fn test_cgroups(tag: &str) -> Fixture {
@@ -134,7 +131,7 @@ fn record_then_dump_and_replay_show_test_cgroups() {
 
 #[test]
 fn replay_from_a_snapshot() {
-    let cg = TestCgroups::new("snap");
+    let cg = test_cgroups("snap");
     let env = Env::new();
     env.run(&["record", "--interval-s", "1", "--count", "3"]);
     let snap = env.store().with_file_name("test.snapshot");
@@ -148,8 +145,8 @@ fn replay_from_a_snapshot() {
         "--snapshot",
         snap.to_str().unwrap(),
     ]));
-    let screen = tmux.wait_for(&["replay", &cg.name], Duration::from_secs(20));
-    assert_shows(&screen, &["replay", "Name", &cg.name, "web", "db"]);
+    let screen = tmux.wait_for(&["replay", &cg.name()], Duration::from_secs(20));
+    assert_shows(&screen, &["replay", "Name", &cg.name(), "web", "db"]);
     let _ = tmux.tmux(&["send-keys", "q"]);
 }
 
