@@ -90,6 +90,11 @@ enum Command {
         count: Option<u64>,
         #[clap(flatten)]
         compress_opts: CompressOpts,
+        /// Serve the latest sample as OpenMetrics on http://ADDR/metrics
+        /// (e.g. 127.0.0.1:9749); config key `listen`, limits in `[metrics]`.
+        /// Default: listen nowhere.
+        #[clap(long, value_name = "ADDR")]
+        listen: Option<std::net::SocketAddr>,
     },
     /// Replay historical data (interactive)
     Replay {
@@ -120,6 +125,9 @@ enum Command {
 struct ExtraConfig {
     cgroup_backend: Option<BackendChoice>,
     cgroup_root: Option<PathBuf>,
+    listen: Option<std::net::SocketAddr>,
+    #[serde(default)]
+    metrics: bstats_metrics::Options,
 }
 
 struct Config {
@@ -127,6 +135,8 @@ struct Config {
     backend: BackendChoice,
     cgroup_root: PathBuf,
     debug: bool,
+    listen: Option<std::net::SocketAddr>,
+    metrics: bstats_metrics::Options,
 }
 
 fn load_config(opt: &Opt) -> Result<Config> {
@@ -152,6 +162,8 @@ fn load_config(opt: &Opt) -> Result<Config> {
             .unwrap_or_default(),
         cgroup_root,
         debug: opt.debug,
+        listen: extra.listen,
+        metrics: extra.metrics,
     })
 }
 
@@ -286,6 +298,14 @@ fn record(logger: &slog::Logger, cfg: &Config, interval: Duration, args: RecordA
         args.collect_io_stat,
         args.disable_disk_stat,
     )?;
+    let exporter = match args.listen.or(cfg.listen) {
+        Some(addr) => {
+            let x = bstats_metrics::Exporter::start(logger.clone(), addr, &cfg.metrics)?;
+            info!(logger, "Serving metrics on http://{}/metrics", x.local_addr());
+            Some(x)
+        }
+        None => None,
+    };
     let store_dir = &cfg.below.store_dir;
     let mut recorder = bstats_store::Recorder::new(
         logger.clone(),
@@ -326,6 +346,9 @@ fn record(logger: &slog::Logger, cfg: &Config, interval: Duration, args: RecordA
         let t = SystemTime::now();
         match collector.collect_sample() {
             Ok(sample) => {
+                if let Some(x) = &exporter {
+                    x.publish(t, &sample);
+                }
                 recorder.put(t, sample)?;
                 debug!(logger, "sample {} written; times {:?}", n, collector.times);
             }
@@ -347,6 +370,7 @@ struct RecordArgs {
     count: Option<u64>,
     compress: bool,
     dict_chunk: Option<u32>,
+    listen: Option<std::net::SocketAddr>,
 }
 
 fn backends(cfg: &Config, now: bool, json: bool) -> Result<()> {
@@ -412,6 +436,7 @@ fn run(opt: Opt) -> Result<()> {
             disable_disk_stat,
             count,
             compress_opts,
+            listen,
         } => record(
             &stderr_logger(cfg.debug),
             &cfg,
@@ -424,6 +449,7 @@ fn run(opt: Opt) -> Result<()> {
                 count,
                 compress: compress_opts.compress,
                 dict_chunk: compress_opts.dict_compress_chunk_size,
+                listen,
             },
         ),
         Command::Replay { time, yesterdays } => {

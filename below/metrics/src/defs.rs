@@ -251,9 +251,9 @@ pub static DEFS: &[Def] = &[
         "cgroup_cgroup_stat_nr_dying_descendants (typed counter there)", Read::Cgroup(|c| c.cgroup_stat.as_ref()?.nr_dying_descendants.map(|v| Val::U(v.into())))),
     // host
     def(System, "system_cpu", Counter, S, "CPU time by mode, all CPUs (/proc/stat cpu)",
-        "system_cpu_<mode>_pct_percent = 100 * rate / CPUs", Read::CpuModes),
+        "system_cpu_<mode>_pct = 100 * rate / CPUs (mode steal: stolen)", Read::CpuModes),
     def(System, "system_context_switches", Counter, N, "Context switches (/proc/stat ctxt)",
-        "system_stat_context_switches_per_sec = rate", Read::System(|s| u(s.stat.context_switches))),
+        "system_stat_context_switches = rate", Read::System(|s| u(s.stat.context_switches))),
     def(System, "system_interrupts", Counter, N, "Interrupts (/proc/stat intr)",
         "system_stat_total_interrupt_ct = rate", Read::System(|s| u(s.stat.total_interrupt_count))),
     def(System, "system_forks", Counter, N, "Processes created (/proc/stat processes)",
