@@ -301,7 +301,11 @@ fn record(logger: &slog::Logger, cfg: &Config, interval: Duration, args: RecordA
     let exporter = match args.listen.or(cfg.listen) {
         Some(addr) => {
             let x = bstats_metrics::Exporter::start(logger.clone(), addr, &cfg.metrics)?;
-            info!(logger, "Serving metrics on http://{}/metrics", x.local_addr());
+            info!(
+                logger,
+                "Serving metrics on http://{}/metrics",
+                x.local_addr()
+            );
             Some(x)
         }
         None => None,

@@ -140,7 +140,8 @@ macro_rules! mem_stat {
     };
 }
 
-/// Every metric, in exposition order.
+/// Every metric, in exposition order (one line per metric: a table).
+#[rustfmt::skip]
 pub static DEFS: &[Def] = &[
     // cpu.stat
     def(Cpu, "cgroup_cpu_usage", Counter, S, "CPU time used (cpu.stat usage_usec)",

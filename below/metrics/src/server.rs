@@ -71,7 +71,10 @@ async fn serve(logger: slog::Logger, listener: std::net::TcpListener, shared: Ar
             }
         };
         let Ok(slot) = slots.clone().try_acquire_owned() else {
-            debug!(logger, "Metrics server: {} refused, {} connections open", peer, MAX_CONNECTIONS);
+            debug!(
+                logger,
+                "Metrics server: {} refused, {} connections open", peer, MAX_CONNECTIONS
+            );
             continue;
         };
         let shared = shared.clone();
@@ -90,7 +93,10 @@ async fn serve(logger: slog::Logger, listener: std::net::TcpListener, shared: Ar
                 );
             match tokio::time::timeout(CONNECTION_LIFETIME, conn).await {
                 Ok(Err(e)) => debug!(logger, "Metrics server: {}: {}", peer, e),
-                Err(_) => debug!(logger, "Metrics server: {}: closed after {:?}", peer, CONNECTION_LIFETIME),
+                Err(_) => debug!(
+                    logger,
+                    "Metrics server: {}: closed after {:?}", peer, CONNECTION_LIFETIME
+                ),
                 Ok(Ok(())) => {}
             }
             drop(slot);
@@ -101,8 +107,10 @@ async fn serve(logger: slog::Logger, listener: std::net::TcpListener, shared: Ar
 fn plain(status: StatusCode, msg: &'static str) -> Response<Full<Bytes>> {
     let mut r = Response::new(Full::new(Bytes::from_static(msg.as_bytes())));
     *r.status_mut() = status;
-    r.headers_mut()
-        .insert(header::CONTENT_TYPE, header::HeaderValue::from_static("text/plain; charset=utf-8"));
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
     r
 }
 
