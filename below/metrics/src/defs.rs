@@ -281,8 +281,10 @@ pub static DEFS: &[Def] = &[
     def(System, "system_vm_oom_kill", Counter, N, "vmstat oom_kill", "system_vm_oom_kill = rate", Read::System(|s| u(s.vmstat.oom_kill))),
 ];
 
+type CpuField = fn(&procfs::CpuStat) -> Option<u64>;
+
 /// CPU modes of `system_cpu`, from /proc/stat's cpu line.
-pub static CPU_MODES: &[(&str, fn(&procfs::CpuStat) -> Option<u64>)] = &[
+pub static CPU_MODES: &[(&str, CpuField)] = &[
     ("user", |c| c.user_usec),
     ("nice", |c| c.nice_usec),
     ("system", |c| c.system_usec),

@@ -104,8 +104,8 @@ struct Snapshot {
 struct Rendered {
     openmetrics: bytes::Bytes,
     /// Prometheus text format 0.0.4, for clients that do not ask for
-    /// OpenMetrics (curl, `promtool check metrics`).
-    text: bytes::Bytes,
+    /// OpenMetrics (curl, `promtool check metrics`); made on first request.
+    text: OnceLock<bytes::Bytes>,
 }
 
 struct Shared {

@@ -4,6 +4,7 @@ use std::collections::HashSet;
 use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::sync::OnceLock;
 use std::time::SystemTime;
 
 use prometheus_client::encoding::DescriptorEncoder;
@@ -152,10 +153,9 @@ pub(crate) fn render(snap: &Snapshot, f: &Filters, dropped_total: &AtomicU64) ->
     let mut om = String::new();
     prometheus_client::encoding::text::encode(&mut om, &registry)
         .expect("formatting into a String cannot fail");
-    let text = to_text_format(&om);
     Rendered {
         openmetrics: om.into(),
-        text: text.into(),
+        text: OnceLock::new(),
     }
 }
 
@@ -222,17 +222,20 @@ impl prometheus_client::collector::Collector for Families {
             };
             let mut me = enc.encode_descriptor(def.name, def.help, u.as_ref(), ty)?;
             for s in series {
-                let mut labels: Vec<(&str, &str)> = Vec::with_capacity(2);
-                if let Some(c) = &s.cgroup {
-                    labels.push(("cgroup", c));
-                }
-                if let Some((k, v)) = &s.extra {
-                    labels.push((k, v));
-                }
-                if labels.is_empty() {
-                    encode_value(&mut me, def.kind, s.val)?;
-                } else {
-                    encode_value(&mut me.encode_family(&labels)?, def.kind, s.val)?;
+                match (&s.cgroup, &s.extra) {
+                    (None, None) => encode_value(&mut me, def.kind, s.val)?,
+                    (Some(c), None) => {
+                        let l = [("cgroup", &**c)];
+                        encode_value(&mut me.encode_family(&l)?, def.kind, s.val)?
+                    }
+                    (None, Some((k, v))) => {
+                        let l = [(*k, v.as_str())];
+                        encode_value(&mut me.encode_family(&l)?, def.kind, s.val)?
+                    }
+                    (Some(c), Some((k, v))) => {
+                        let l = [("cgroup", &**c), (*k, v.as_str())];
+                        encode_value(&mut me.encode_family(&l)?, def.kind, s.val)?
+                    }
                 }
             }
         }

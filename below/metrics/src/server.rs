@@ -146,7 +146,10 @@ fn respond<B>(shared: &Shared, req: &Request<B>) -> Response<Full<Bytes>> {
     let (body, ty) = if wants_openmetrics(req) {
         (r.openmetrics.clone(), OPENMETRICS)
     } else {
-        (r.text.clone(), TEXT_FORMAT)
+        let text = r.text.get_or_init(|| {
+            crate::render::to_text_format(&String::from_utf8_lossy(&r.openmetrics)).into()
+        });
+        (text.clone(), TEXT_FORMAT)
     };
     let mut resp = Response::new(Full::new(body));
     resp.headers_mut()
