@@ -32,7 +32,9 @@ run() { # run no|yes → "sample_ms scrape_ms series"
   n=0
   while [ $n -lt "$SAMPLES" ]; do
     n=$((n + 1)); sleep "$INTERVAL"
-    [ -n "$mtid" ] && wget -q -O /tmp/scrape http://127.0.0.1:9749/metrics
+    # As Prometheus asks.
+    [ -n "$mtid" ] && wget -q --header 'Accept: application/openmetrics-text; version=1.0.0' \
+      -O /tmp/scrape http://127.0.0.1:9749/metrics
   done
   t1=$(cpu_ns $rec $rec); s1=0; [ -n "$mtid" ] && s1=$(cpu_ns $rec "$mtid")
   kill $rec; wait $rec 2>/dev/null || true
