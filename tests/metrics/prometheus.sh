@@ -25,7 +25,14 @@ BELOW=$PWD/target/release/below
 
 INTERVAL=1   # below record -i and Prometheus' scrape_interval, seconds
 WINDOW=30    # the compared window, seconds
-TOL_PCT=10   # agreement, percent of the larger value (see below)
+# Agreement, percent of the larger value. Both sides read the same counter
+# (cpu.stat usage_usec) but over windows that differ by up to one record
+# interval plus one scrape interval (Prometheus stores a sample when it
+# scrapes, not when below took it; below's per-sample rates start one
+# interval before the first sample), and rate() extrapolates to the window's
+# edges: on a 30 s window that is ~2/30 of the burner's rate swings on a
+# shared, loaded host. Runs here differed by 0.7% and 5%.
+TOL_PCT=10
 
 tmp=$(mktemp -d)
 root=$(awk '$9 == "cgroup2" { print $5; exit }' /proc/self/mountinfo)
