@@ -154,6 +154,9 @@ enum Command {
 struct ExtraConfig {
     cgroup_backend: Option<BackendChoice>,
     cgroup_root: Option<PathBuf>,
+    listen: Option<std::net::SocketAddr>,
+    #[serde(default)]
+    metrics: bstats_metrics::Options,
 }
 
 struct Config {
@@ -161,6 +164,8 @@ struct Config {
     backend: BackendChoice,
     cgroup_root: PathBuf,
     debug: bool,
+    listen: Option<std::net::SocketAddr>,
+    metrics: bstats_metrics::Options,
 }
 
 fn load_config(opt: &Opt) -> Result<Config> {
@@ -186,6 +191,8 @@ fn load_config(opt: &Opt) -> Result<Config> {
             .unwrap_or_default(),
         cgroup_root,
         debug: opt.debug,
+        listen: extra.listen,
+        metrics: extra.metrics,
     })
 }
 

@@ -71,6 +71,11 @@ pub struct RecordOpts {
     pub count: Option<u64>,
     #[clap(flatten)]
     pub compress_opts: CompressOpts,
+    /// Serve the latest sample as OpenMetrics on http://ADDR/metrics
+    /// (e.g. 127.0.0.1:9749); config key `listen`, limits in `[metrics]`.
+    /// Default: listen nowhere.
+    #[clap(long, value_name = "ADDR")]
+    pub listen: Option<std::net::SocketAddr>,
 }
 
 static STOP: AtomicBool = AtomicBool::new(false);
@@ -126,6 +131,19 @@ pub fn record(logger: &slog::Logger, cfg: &Config, opts: RecordOpts) -> Result<(
             disable_exitstats: opts.disable_exitstats,
         },
     )?;
+    // Before the store too: a port in use is a clear error, not an empty store.
+    let exporter = match opts.listen.or(cfg.listen) {
+        Some(addr) => {
+            let x = bstats_metrics::Exporter::start(logger.clone(), addr, &cfg.metrics)?;
+            info!(
+                logger,
+                "Serving metrics on http://{}/metrics",
+                x.local_addr()
+            );
+            Some(x)
+        }
+        None => None,
+    };
     let store_dir = &cfg.below.store_dir;
     let mut recorder = bstats_store::Recorder::new(
         logger.clone(),
@@ -168,6 +186,9 @@ pub fn record(logger: &slog::Logger, cfg: &Config, opts: RecordOpts) -> Result<(
         check_skew(logger, start.elapsed(), skew_threshold);
         match sample {
             Ok(sample) => {
+                if let Some(x) = &exporter {
+                    x.publish(t, &sample);
+                }
                 if recorder.put(t, sample) {
                     debug!(logger, "sample {} written; times {:?}", n, collector.times);
                 }

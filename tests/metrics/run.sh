@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# The OpenMetrics endpoint: on the host a real Prometheus scrapes
+# `below record --listen` (prometheus.sh); in the Debian 7.3 guest, with the
+# BPF backend, it serves every test cgroup (guest.sh).
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
+
+guest() {
+  "$REPO_ROOT/tests/vm/run.sh" --kernel debian-7.3 --timeout 300 --add "$BELOW_BIN:/below" \
+    --add "$REPO_ROOT/tests/metrics/guest.sh:/metrics-guest.sh" -- sh /metrics-guest.sh
+}
+
+check "build" build_release
+check "prometheus scrapes record --listen (host, plain read)" "$REPO_ROOT/tests/metrics/prometheus.sh"
+check "record --listen serves the test cgroups (debian-7.3, bpf)" guest
+tally_summary
