@@ -354,6 +354,21 @@ fn backends(cfg: &Config, now: bool, json: bool) -> Result<()> {
     Ok(())
 }
 
+/// The store to read history from: the configured one, or a snapshot's,
+/// unpacked into a temporary directory that lives as long as the guard.
+fn history_source(
+    store_dir: PathBuf,
+    snapshot: Option<PathBuf>,
+) -> Result<(PathBuf, Option<bstats_store::snapshot::Unpacked>)> {
+    let unpacked = snapshot
+        .map(|s| bstats_store::snapshot::open(&s))
+        .transpose()?;
+    let dir = unpacked
+        .as_ref()
+        .map_or(store_dir, |s| s.store_dir().to_path_buf());
+    Ok((dir, unpacked))
+}
+
 fn run(opt: Opt) -> Result<()> {
     // Generators need no config: the package build runs them.
     match &opt.cmd {
@@ -409,12 +424,7 @@ fn run(opt: Opt) -> Result<()> {
             snapshot,
         } => {
             remote.refuse()?;
-            let snapshot = snapshot
-                .map(|s| bstats_store::snapshot::open(&s))
-                .transpose()?;
-            let dir = snapshot
-                .as_ref()
-                .map_or(store_dir, |s| s.store_dir().to_path_buf());
+            let (dir, _unpacked) = history_source(store_dir, snapshot)?;
             let logger = tui_logger(&cfg.below.log_dir, cfg.debug)?;
             bstats_view::run_replay(logger, dir, &time, yesterdays.as_deref())
         }
@@ -424,12 +434,7 @@ fn run(opt: Opt) -> Result<()> {
             snapshot,
             cmd,
         } => {
-            let snapshot = snapshot
-                .map(|s| bstats_store::snapshot::open(&s))
-                .transpose()?;
-            let dir = snapshot
-                .as_ref()
-                .map_or(store_dir, |s| s.store_dir().to_path_buf());
+            let (dir, _unpacked) = history_source(store_dir, snapshot)?;
             let (_errs_tx, errs) = std::sync::mpsc::channel();
             // below-dump refuses a host itself, as in below.
             below_dump::run(

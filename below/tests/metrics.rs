@@ -2,23 +2,23 @@
 //! failure, and clients that hold connections open without sending. Needs
 //! root (reads every cgroup of the host's cgroup2 mount).
 
-use std::fs;
 use std::io::Read;
 use std::io::Write;
 use std::net::TcpListener;
 use std::net::TcpStream;
 use std::process::Child;
-use std::process::Command;
 use std::process::Stdio;
 use std::time::Duration;
 use std::time::Instant;
 
-const BELOW: &str = env!("CARGO_BIN_EXE_below");
+mod common;
+
+use common::Env;
 
 struct Recorder {
     child: Child,
     port: u16,
-    _dir: tempfile::TempDir,
+    _env: Env,
 }
 
 impl Drop for Recorder {
@@ -36,28 +36,11 @@ fn free_port() -> u16 {
         .port()
 }
 
-fn config(extra: &str) -> tempfile::TempDir {
-    let dir = tempfile::tempdir().unwrap();
-    fs::write(
-        dir.path().join("below.conf"),
-        format!(
-            "log_dir = {:?}\nstore_dir = {:?}\n{}",
-            dir.path().join("log"),
-            dir.path().join("store"),
-            extra
-        ),
-    )
-    .unwrap();
-    dir
-}
-
 fn record(extra_config: &str) -> Recorder {
-    let dir = config(extra_config);
+    let env = Env::with_config(extra_config);
     let port = free_port();
-    let child = Command::new(BELOW)
-        .arg("--config")
-        .arg(dir.path().join("below.conf"))
-        .args(["--cgroup-backend", "read", "record", "-i", "1", "--listen"])
+    let child = env
+        .below(&["--cgroup-backend", "read", "record", "-i", "1", "--listen"])
         .arg(format!("127.0.0.1:{}", port))
         .stderr(Stdio::null())
         .spawn()
@@ -65,7 +48,7 @@ fn record(extra_config: &str) -> Recorder {
     let r = Recorder {
         child,
         port,
-        _dir: dir,
+        _env: env,
     };
     let t0 = Instant::now();
     while get(r.port).is_none_or(|(status, _)| status != 200) {
@@ -166,11 +149,9 @@ fn metrics_config_keys_reach_the_exporter() {
 fn bind_failure_is_one_clear_error() {
     let taken = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = taken.local_addr().unwrap();
-    let dir = config("");
-    let out = Command::new(BELOW)
-        .arg("--config")
-        .arg(dir.path().join("below.conf"))
-        .args([
+    let env = Env::new();
+    let out = env
+        .below(&[
             "--cgroup-backend",
             "read",
             "record",
@@ -190,7 +171,7 @@ fn bind_failure_is_one_clear_error() {
         err
     );
     assert!(
-        !dir.path().join("store").exists(),
+        !env.store().exists(),
         "no store left behind by a failed start"
     );
 }

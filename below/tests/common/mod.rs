@@ -17,13 +17,19 @@ pub struct Env {
 
 impl Env {
     pub fn new() -> Self {
+        Self::with_config("")
+    }
+
+    /// With `extra` appended to the config (keys of ours, tables).
+    pub fn with_config(extra: &str) -> Self {
         let dir = tempfile::tempdir().unwrap();
         fs::write(
             dir.path().join("below.conf"),
             format!(
-                "log_dir = {:?}\nstore_dir = {:?}\n",
+                "log_dir = {:?}\nstore_dir = {:?}\n{}",
                 dir.path().join("log"),
-                dir.path().join("store")
+                dir.path().join("store"),
+                extra
             ),
         )
         .unwrap();
