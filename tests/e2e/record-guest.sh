@@ -3,39 +3,17 @@
 # plain read over the same frozen cgroups; `below dump cgroup` must show the
 # same cgroups with the same values (every field, last sample).
 set -eu
-CG=/sys/fs/cgroup
-T=$CG/rec-t
-mkdir "$T"
-for c in memory cpu io pids; do
-  grep -qw $c $CG/cgroup.subtree_control && echo "+$c" > "$T/cgroup.subtree_control"
-done
-mkdir "$T/ra" "$T/rb"
-echo "+memory +pids" > "$T/rb/cgroup.subtree_control"
-mkdir "$T/rb/rc"
-echo 50000 100000 > "$T/ra/cpu.max"
-sh -c "echo \$\$ > $T/ra/cgroup.procs; n=0; while [ \$n -lt 20000 ]; do n=\$((n+1)); done; dd if=/dev/zero of=/tmp/fa bs=1M count=4 2>/dev/null; exec sleep 600" &
-sh -c "echo \$\$ > $T/rb/rc/cgroup.procs; exec sleep 600" &
-sleep 3
-echo 1 > "$T/cgroup.freeze"
-until grep -q "frozen 1" "$T/cgroup.events"; do sleep 0.1; done
-# The periodic memcg flush (2 s) settles what froze mid-update.
-sleep 4
+# shellcheck source=tests/e2e/cgroup-tree.sh
+. /cgroup-tree.sh
+frozen_tree /sys/fs/cgroup/rec-t
 
 for b in bpf read; do
   echo "== below --cgroup-backend $b record"
   /below --cgroup-backend $b --store-dir /tmp/s-$b record --interval-s 1 --count 3
   /below --store-dir /tmp/s-$b backends | grep -E "^ +memory.stat "
-  # Last sample's rows of the test cgroups, without the time columns and
-  # the pressure rates: the text file brings psi totals up to date before
-  # printing (collect_percpu_times), BPF reads them as of the kernel's last
-  # averaging (<= 2 s), and the two stores are recorded one after the other
-  # while the freeze's last stall accounting winds down. (Pressure totals
-  # are compared exactly by tests/bpf after they settle.)
+  # Pressure totals are compared exactly by tests/bpf after they settle.
   /below --store-dir /tmp/s-$b dump cgroup --begin "10m ago" --everything -O csv > /tmp/dump-$b
-  skip=$(head -1 /tmp/dump-$b | tr ',' '\n' | grep -n -E "^(Datetime|Timestamp)$|Pressure$" | cut -d: -f1 | tr '\n' ' ')
-  awk -F, -v skip="$skip" 'BEGIN { n = split(skip, s, " "); for (i = 1; i <= n; i++) drop[s[i]] = 1 }
-    $1 ~ /^(rec-t|ra|rb|rc)$/ { for (i in drop) $i = ""; last[$1] = $0 }
-    END { for (k in last) print last[k] }' OFS=, /tmp/dump-$b | sort > /tmp/rows-$b
+  last_rows /tmp/dump-$b > /tmp/rows-$b
   cat /tmp/rows-$b | cut -c1-200
 done
 [ "$(wc -l < /tmp/rows-bpf)" -eq 4 ] || { echo "FAIL: expected 4 test cgroups in the bpf dump"; exit 1; }

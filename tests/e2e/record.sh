@@ -6,4 +6,5 @@ cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 echo "[e2e/record] building below (release)" >&2
 cargo build --release --locked -q -p bstats-below
 tests/vm/run.sh --kernel debian-7.3 --timeout 400 --add target/release/below:/below \
-  --add tests/e2e/record-guest.sh:/record-guest.sh -- sh /record-guest.sh
+  --add tests/e2e/record-guest.sh:/record-guest.sh \
+  --add tests/e2e/cgroup-tree.sh:/cgroup-tree.sh -- sh /record-guest.sh

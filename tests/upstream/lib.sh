@@ -2,6 +2,7 @@
 # Helpers for the tests/upstream scripts: below main (the pinned tarball in
 # ../shared/upstream) as a git repo with patches/below applied, built with the
 # harness-only steps Debian needs. Source it; do not run it.
+# shellcheck source=tests/vm/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/../vm/lib.sh"
 
 UPSTREAM_COMMIT=bb8a4873389c30fc2c5371509baba3b593e641bf
@@ -140,4 +141,31 @@ build_variant() {
     ulog "$variant: cargo build took $((SECONDS - t0)) s"
   fi
   printf '%s\n' "$bin"
+}
+
+# Upstream's tests in VARIANT's tree, the way its CI runs them:
+# `cargo test --release -- --skip ...` with the --skip list read from its
+# .github/workflows/ci.yml (tests that need cgroup2 on the host). Prints the
+# summed counts; fails when a test fails.
+upstream_tests() {
+  upstream_available || die "no upstream tarball"
+  upstream_deps
+  (flock 8; run_tests_locked "$1") 8>"$UP/.lock"
+}
+
+run_tests_locked() {
+  local variant=$1 dir skips=() log="$UP/test-$1.log" t0=$SECONDS rc=0
+  dir=$(upstream_tree "$variant")
+  mapfile -t skips < <(grep -oE -- '--skip [A-Za-z0-9_:]+' "$dir/.github/workflows/ci.yml" | tr ' ' '\n')
+  [ ${#skips[@]} -gt 0 ] || die "no --skip list in $dir/.github/workflows/ci.yml (did the CI workflow change?)"
+  ulog "$variant: cargo test --release -- ${skips[*]} (log: $log)"
+  ucargo "$dir" test --release -- "${skips[@]}" >"$log" 2>&1 || rc=$?
+  awk '/^test result:/ { for (i = 1; i <= NF; i++) if ($i ~ /^[0-9]+$/) c[$(i + 1)] += $i }
+    END { printf "[upstream] tests: %d passed, %d failed, %d ignored, %d filtered out\n",
+          c["passed;"], c["failed;"], c["ignored;"], c["filtered"] }' "$log" >&2
+  ulog "$variant: cargo test took $((SECONDS - t0)) s"
+  if [ $rc -ne 0 ]; then
+    grep -E "^(test .* FAILED|failures:|error)" "$log" | head -n 40 >&2
+    die "$variant: cargo test failed (rc $rc, log $log)"
+  fi
 }
