@@ -35,7 +35,7 @@ bpf_iter_line() { bpftool prog show 2>/dev/null | grep "name cgroup_bpf_read" ||
 case "$1" in
 check)
   files_bin=$2 bpf_bin=$3
-  frozen_tree $CG/up-t
+  frozen_tree $CG/rec-t
   for m in files bpf; do
     if [ $m = files ]; then bin=$files_bin; else bin=$bpf_bin; fi
     cfg=$(config "rec-$m" $m)
@@ -54,7 +54,7 @@ check)
         *) echo "FAIL: below main with enable_cgroup_bpf did not run its cgroup iterator"; exit 1 ;;
       esac
     fi
-    "$bin" --config "$cfg" dump cgroup --begin "10m ago" --everything -O csv > "/tmp/dump-$m"
+    "$bin" --config "$cfg" dump cgroup --begin "10m ago" --everything --raw -O csv > "/tmp/dump-$m"
     last_rows "/tmp/dump-$m" > "/tmp/rows-$m"
     cut -c1-200 "/tmp/rows-$m"
   done

@@ -113,13 +113,17 @@ harness_steps() {
 ucargo() {
   local dir=$1; shift
   (cd "$dir" && PATH="$UP/shim:$PATH" LIBCLANG_PATH=$LIBCLANG_DIR CARGO_TARGET_DIR="$UP/target" \
-    nice -n 10 cargo "$@")
+    nice -n 10 cargo "$@" 8>&-) # no orphan rustc keeps the lock
 }
 
 # Build below for VARIANT; copy it to $UP/bin/below-main-VARIANT and print
 # that path. One build at a time (shared target dir).
 upstream_binary() {
   upstream_available || die "no upstream tarball (../shared/upstream/below-${UPSTREAM_COMMIT:0:8}.tar.gz next to the repo; BELOW_UPSTREAM_TARBALL overrides)"
+  # Built from these very inputs already: no lock (a test run may hold it).
+  if [ -x "$UP/bin/below-main-$1" ] && [ "$(cat "$UP/bin/below-main-$1.key" 2>/dev/null)" = "$(variant_key "$1")" ]; then
+    printf '%s\n' "$UP/bin/below-main-$1"; return
+  fi
   upstream_deps
   mkdir -p "$UP/bin"
   (flock 8; build_variant "$1") 8>"$UP/.lock"
@@ -132,12 +136,14 @@ build_variant() {
     # The series holds only the build fixes so far: patched is stock.
     build_variant stock >/dev/null
     cp -f "$UP/bin/below-main-stock" "$bin"
+    variant_key stock >"$bin.key"
   else
     dir=$(upstream_tree "$variant")
     ulog "$variant: cargo build --release -p below (log: $UP/build-$variant.log)"
     ucargo "$dir" build --release -p below >"$UP/build-$variant.log" 2>&1 \
       || { tail -n 40 "$UP/build-$variant.log" >&2; die "$variant: build failed"; }
     cp -f "$UP/target/release/below" "$bin.tmp" && mv -f "$bin.tmp" "$bin"
+    variant_key "$variant" >"$bin.key"
     ulog "$variant: cargo build took $((SECONDS - t0)) s"
   fi
   printf '%s\n' "$bin"
@@ -155,7 +161,11 @@ upstream_tests() {
 
 run_tests_locked() {
   local variant=$1 dir skips=() log="$UP/test-$1.log" t0=$SECONDS rc=0
-  dir=$(upstream_tree "$variant")
+  if [ "$variant" = patched ] && [ "$(variant_key patched)" = "$(variant_key stock)" ]; then
+    dir=$(upstream_tree stock) # the same tree: its crates are built already
+  else
+    dir=$(upstream_tree "$variant")
+  fi
   mapfile -t skips < <(grep -oE -- '--skip [A-Za-z0-9_:]+' "$dir/.github/workflows/ci.yml" | tr ' ' '\n')
   [ ${#skips[@]} -gt 0 ] || die "no --skip list in $dir/.github/workflows/ci.yml (did the CI workflow change?)"
   ulog "$variant: cargo test --release -- ${skips[*]} (log: $log)"
