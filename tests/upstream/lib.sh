@@ -108,16 +108,20 @@ harness_steps() {
   ugit -C "$dir" commit -q -a -m "harness: bindgen runtime instead of static (Debian ships no libclang.a)"
 }
 
-# Cargo in a tree with the harness environment; one target dir for all trees
-# (the registry crates build once).
+# The target dir of a tree. One per tree: cargo hashes path crates by their
+# path relative to the workspace, so two trees sharing one would overwrite
+# each other's workspace crates and rebuild them on every switch.
+target_of() { if [ "$(basename "$1")" = src-stock ]; then echo "$UP/target"; else echo "$UP/target-${1##*/src-}"; fi; }
+
+# Cargo in a tree with the harness environment.
 ucargo() {
   local dir=$1; shift
-  (cd "$dir" && PATH="$UP/shim:$PATH" LIBCLANG_PATH=$LIBCLANG_DIR CARGO_TARGET_DIR="$UP/target" \
+  (cd "$dir" && PATH="$UP/shim:$PATH" LIBCLANG_PATH=$LIBCLANG_DIR CARGO_TARGET_DIR="$(target_of "$dir")" \
     nice -n 10 cargo "$@" 8>&-) # no orphan rustc keeps the lock
 }
 
 # Build below for VARIANT; copy it to $UP/bin/below-main-VARIANT and print
-# that path. One build at a time (shared target dir).
+# that path. One cargo at a time (2 cores).
 upstream_binary() {
   upstream_available || die "no upstream tarball (../shared/upstream/below-${UPSTREAM_COMMIT:0:8}.tar.gz next to the repo; BELOW_UPSTREAM_TARBALL overrides)"
   # Built from these very inputs already: no lock (a test run may hold it).
@@ -142,7 +146,7 @@ build_variant() {
     ulog "$variant: cargo build --release -p below (log: $UP/build-$variant.log)"
     ucargo "$dir" build --release -p below >"$UP/build-$variant.log" 2>&1 \
       || { tail -n 40 "$UP/build-$variant.log" >&2; die "$variant: build failed"; }
-    cp -f "$UP/target/release/below" "$bin.tmp" && mv -f "$bin.tmp" "$bin"
+    cp -f "$(target_of "$dir")/release/below" "$bin.tmp" && mv -f "$bin.tmp" "$bin"
     variant_key "$variant" >"$bin.key"
     ulog "$variant: cargo build took $((SECONDS - t0)) s"
   fi
