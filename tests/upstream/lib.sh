@@ -33,7 +33,7 @@ upstream_available() { [ -n "$UPSTREAM_TARBALL" ] && [ -f "$UPSTREAM_TARBALL" ];
 series_patches() {
   local all=()
   mapfile -t all < <(find "$SERIES_DIR" -maxdepth 1 -name '[0-9][0-9][0-9][0-9]-*.patch' \
-    ! -name '0000-*' | sort)
+    ! -name '0000-*' | LC_ALL=C sort)
   if [ "$1" = stock ]; then
     printf '%s\n' "${all[@]:0:$BUILD_FIX_PATCHES}"
   else
