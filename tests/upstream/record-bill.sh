@@ -9,6 +9,7 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 source tests/upstream/lib.sh
+tests/vm/deps.sh --quiet # bpftool for the guest
 n=1000 secs=30 kernel=debian-7.3
 while [ $# -gt 0 ]; do
   case "$1" in

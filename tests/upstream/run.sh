@@ -10,6 +10,7 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 source tests/upstream/lib.sh
+tests/vm/deps.sh --quiet # bpftool for the guest
 if ! upstream_available; then
   ulog "SKIP: no below main tarball (../shared/upstream/below-${UPSTREAM_COMMIT:0:8}.tar.gz next to the repo; set BELOW_UPSTREAM_TARBALL)"
   exit 0
