@@ -9,7 +9,6 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 source tests/upstream/lib.sh
-tests/vm/deps.sh --quiet # bpftool for the guest
 n=1000 secs=30 kernel=debian-7.3
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -20,6 +19,7 @@ while [ $# -gt 0 ]; do
   esac
 done
 upstream_available || { ulog "SKIP: no below main tarball"; exit 0; }
+tests/vm/deps.sh --quiet # bpftool for the guest
 stock=$(upstream_binary stock | tail -n1)
 rows=("below main, files:/below-stock:files" "below main, enable_cgroup_bpf:/below-stock:bpf")
 adds=(--add "$stock:/below-stock")

@@ -10,11 +10,11 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 source tests/upstream/lib.sh
-tests/vm/deps.sh --quiet # bpftool for the guest
 if ! upstream_available; then
   ulog "SKIP: no below main tarball (../shared/upstream/below-${UPSTREAM_COMMIT:0:8}.tar.gz next to the repo; set BELOW_UPSTREAM_TARBALL)"
   exit 0
 fi
+tests/vm/deps.sh --quiet # bpftool for the guest
 stock=$(upstream_binary stock | tail -n1)
 patched=$(upstream_binary patched | tail -n1)
 upstream_tests patched
