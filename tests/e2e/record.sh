@@ -7,6 +7,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 record() {
   "$REPO_ROOT/tests/vm/run.sh" --kernel debian-7.3 --timeout 400 --add "$BELOW_BIN:/below" \
     --add "$CHECK_BIN:/bstats-check" --add "$REPO_ROOT/tests/e2e/record-guest.sh:/record-guest.sh" \
+    --add "$REPO_ROOT/tests/e2e/dump-rows.sh:/dump-rows.sh" \
     -- /bstats-check frozen-tree sh /record-guest.sh
 }
 

@@ -1,0 +1,180 @@
+# shellcheck shell=bash
+# Helpers for the tests/upstream scripts: below main (the pinned tarball in
+# ../shared/upstream) as a git repo with patches/below applied, built with the
+# harness-only steps Debian needs. Source it; do not run it.
+# shellcheck source=tests/vm/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../vm/lib.sh"
+
+UPSTREAM_COMMIT=bb8a4873389c30fc2c5371509baba3b593e641bf
+# ../shared/upstream next to the repo; from a linked worktree, next to the
+# main one.
+upstream_tarball() {
+  local name=below-${UPSTREAM_COMMIT:0:8}.tar.gz common
+  if [ -n "${BELOW_UPSTREAM_TARBALL:-}" ]; then printf '%s\n' "$BELOW_UPSTREAM_TARBALL"; return; fi
+  common=$(git -C "$REPO_ROOT" rev-parse --path-format=absolute --git-common-dir 2>/dev/null || true)
+  first_existing "$REPO_ROOT/../shared/upstream/$name" ${common:+"$(dirname "$common")/../shared/upstream/$name"}
+}
+UPSTREAM_TARBALL=$(upstream_tarball)
+SERIES_DIR=$REPO_ROOT/patches/below
+# The series starts with the open-source build fixes: below main cannot be
+# built outside Meta without them, so "stock" is the pristine tree plus these.
+BUILD_FIX_PATCHES=2
+UP=$CACHE/upstream
+LIBCLANG_DIR=/usr/lib/llvm-19/lib
+# Bump when the harness steps below change: trees are re-prepared.
+HARNESS_VERSION=1
+
+upstream_available() { [ -n "$UPSTREAM_TARBALL" ] && [ -f "$UPSTREAM_TARBALL" ]; }
+
+# The series' patches in order (cover letter excluded), for VARIANT
+# stock|patched.
+series_patches() {
+  local all=()
+  mapfile -t all < <(find "$SERIES_DIR" -maxdepth 1 -name '[0-9][0-9][0-9][0-9]-*.patch' \
+    ! -name '0000-*' | LC_ALL=C sort)
+  if [ "$1" = stock ]; then
+    printf '%s\n' "${all[@]:0:$BUILD_FIX_PATCHES}"
+  else
+    printf '%s\n' "${all[@]}"
+  fi
+}
+
+# What a tree is made of: tarball, patches, harness version.
+variant_key() {
+  { sha256_of "$UPSTREAM_TARBALL"; echo "harness $HARNESS_VERSION"
+    series_patches "$1" | while read -r p; do sha256_of "$p"; done; } | sha256sum | cut -c1-16
+}
+
+# Harness packages: bindgen's runtime feature dlopens libclang.so.
+upstream_deps() {
+  install_pkgs libclang-19-dev clang-19 libelf-dev zlib1g-dev pkg-config git
+  mkdir -p "$UP/shim"
+  # libbpf-cargo runs `clang`; Debian names it clang-19.
+  ln -sf "$(command -v clang-19)" "$UP/shim/clang"
+}
+
+ugit() { git -c user.name="tests/upstream" -c user.email=harness@localhost -c commit.gpgsign=false "$@"; }
+
+# Prepare $UP/src-VARIANT: the pristine tree committed once, then (when the
+# key changed) reset to it, the series `git am`ed and the harness steps
+# committed on top. Resetting instead of re-extracting keeps unchanged files'
+# mtimes, so cargo rebuilds only what a patch touched. Prints the tree path.
+upstream_tree() {
+  local variant=$1 dir="$UP/src-$1" key tarsha p
+  key=$(variant_key "$variant")
+  tarsha=$(sha256_of "$UPSTREAM_TARBALL")
+  if [ "$(cat "$dir/.git/harness-pristine" 2>/dev/null)" != "$tarsha" ]; then
+    log "$variant: unpacking $(basename "$UPSTREAM_TARBALL")"
+    rm -rf "$dir"; mkdir -p "$dir"
+    tar -xzf "$UPSTREAM_TARBALL" -C "$dir" --strip-components=1
+    ugit -C "$dir" init -q -b main
+    ugit -C "$dir" add -A
+    GIT_AUTHOR_DATE=2026-08-17T00:00:00Z GIT_COMMITTER_DATE=2026-08-17T00:00:00Z \
+      ugit -C "$dir" commit -q -m "below ${UPSTREAM_COMMIT:0:12} (pristine, from $(basename "$UPSTREAM_TARBALL"))"
+    ugit -C "$dir" tag pristine
+    echo "$tarsha" >"$dir/.git/harness-pristine"
+  fi
+  if [ "$(cat "$dir/.git/harness-key" 2>/dev/null)" != "$key" ]; then
+    ugit -C "$dir" am --abort >/dev/null 2>&1 || true
+    ugit -C "$dir" reset -q --hard pristine
+    ugit -C "$dir" clean -qfdx
+    while read -r p; do
+      [ -n "$p" ] || continue
+      log "$variant: git am $(basename "$p")"
+      ugit -C "$dir" am -q "$p" >&2 || die "git am $(basename "$p") failed on below ${UPSTREAM_COMMIT:0:8}"
+    done < <(series_patches "$variant")
+    harness_steps "$dir"
+    echo "$key" >"$dir/.git/harness-key"
+  fi
+  printf '%s\n' "$dir"
+}
+
+# Steps outside the series, committed as one "harness:" commit.
+harness_steps() {
+  local dir=$1 f=$1/below/cgroupfs/Cargo.toml
+  # bindgen's `static` feature links libclang.a, which Debian does not ship.
+  grep -q '^bindgen = .*"static"' "$f" || die "harness: no bindgen \"static\" feature in $f"
+  sed -i '/^bindgen = /s/"static"/"runtime"/' "$f"
+  ugit -C "$dir" commit -q -a -m "harness: bindgen runtime instead of static (Debian ships no libclang.a)"
+}
+
+# The target dir of a tree. One per tree: cargo hashes path crates by their
+# path relative to the workspace, so two trees sharing one would overwrite
+# each other's workspace crates and rebuild them on every switch.
+target_of() { if [ "$(basename "$1")" = src-stock ]; then echo "$UP/target"; else echo "$UP/target-${1##*/src-}"; fi; }
+
+# Cargo in a tree with the harness environment.
+ucargo() {
+  local dir=$1; shift
+  (cd "$dir" && PATH="$UP/shim:$PATH" LIBCLANG_PATH=$LIBCLANG_DIR CARGO_TARGET_DIR="$(target_of "$dir")" \
+    nice -n 10 cargo "$@" 8>&-) # no orphan rustc keeps the lock
+}
+
+# Build below for VARIANT; copy it to $UP/bin/below-main-VARIANT and print
+# that path. One cargo at a time (2 cores).
+upstream_binary() {
+  upstream_available || die "no upstream tarball (../shared/upstream/below-${UPSTREAM_COMMIT:0:8}.tar.gz next to the repo; BELOW_UPSTREAM_TARBALL overrides)"
+  # Built from these very inputs already: no lock (a test run may hold it).
+  if [ -x "$UP/bin/below-main-$1" ] && [ "$(cat "$UP/bin/below-main-$1.key" 2>/dev/null)" = "$(variant_key "$1")" ]; then
+    printf '%s\n' "$UP/bin/below-main-$1"; return
+  fi
+  upstream_deps
+  mkdir -p "$UP/bin"
+  (flock 8; build_variant "$1") 8>"$UP/.lock"
+}
+
+# No --locked: upstream's Cargo.lock is behind its manifests.
+build_variant() {
+  local variant=$1 dir bin="$UP/bin/below-main-$1" t0=$SECONDS
+  if [ "$variant" = patched ] && [ "$(variant_key patched)" = "$(variant_key stock)" ]; then
+    # The series holds only the build fixes so far: patched is stock.
+    build_variant stock >/dev/null
+    cp -f "$UP/bin/below-main-stock" "$bin"
+    variant_key stock >"$bin.key"
+  else
+    dir=$(upstream_tree "$variant")
+    log "$variant: cargo build --release -p below (log: $UP/build-$variant.log)"
+    ucargo "$dir" build --release -p below >"$UP/build-$variant.log" 2>&1 \
+      || { tail -n 40 "$UP/build-$variant.log" >&2; die "$variant: build failed"; }
+    cp -f "$(target_of "$dir")/release/below" "$bin.tmp" && mv -f "$bin.tmp" "$bin"
+    variant_key "$variant" >"$bin.key"
+    log "$variant: cargo build took $((SECONDS - t0)) s"
+  fi
+  printf '%s\n' "$bin"
+}
+
+# Upstream's tests in VARIANT's tree, the way its CI runs them:
+# `cargo test --release -- --skip ...` with the --skip list read from its
+# .github/workflows/ci.yml (tests that need cgroup2 on the host). Prints the
+# summed counts; fails when a test fails.
+upstream_tests() {
+  upstream_available || die "no upstream tarball"
+  upstream_deps
+  (flock 8; run_tests_locked "$1") 8>"$UP/.lock"
+}
+
+run_tests_locked() {
+  local variant=$1 dir skips=() log="$UP/test-$1.log" t0=$SECONDS rc=0
+  if [ "$variant" = patched ] && [ "$(variant_key patched)" = "$(variant_key stock)" ]; then
+    dir=$(upstream_tree stock) # the same tree: its crates are built already
+  else
+    dir=$(upstream_tree "$variant")
+  fi
+  mapfile -t skips < <(grep -oE -- '--skip [A-Za-z0-9_:]+' "$dir/.github/workflows/ci.yml" | tr ' ' '\n')
+  [ ${#skips[@]} -gt 0 ] || die "no --skip list in $dir/.github/workflows/ci.yml (did the CI workflow change?)"
+  # CI's runner has cgroup2 at /sys/fs/cgroup; these build a model from it.
+  if [ "$(stat -fc %T /sys/fs/cgroup 2>/dev/null)" != cgroup2fs ]; then
+    log "no cgroup2 at /sys/fs/cgroup here: also skipping below-view's controllers::test (they collect a sample from it)"
+    skips+=(--skip controllers::test::test_belowrc_to_event --skip controllers::test::test_event_controller_override)
+  fi
+  log "$variant: cargo test --release --no-fail-fast -- ${skips[*]} (log: $log)"
+  ucargo "$dir" test --release --no-fail-fast -- "${skips[@]}" >"$log" 2>&1 || rc=$?
+  awk '/^test result:/ { for (i = 1; i <= NF; i++) if ($i ~ /^[0-9]+$/) c[$(i + 1)] += $i }
+    END { printf "[upstream] tests: %d passed, %d failed, %d ignored, %d filtered out\n",
+          c["passed;"], c["failed;"], c["ignored;"], c["filtered"] }' "$log" >&2
+  log "$variant: cargo test took $((SECONDS - t0)) s"
+  if [ $rc -ne 0 ]; then
+    grep -E "^(test .* FAILED|failures:|error)" "$log" | head -n 40 >&2
+    die "$variant: cargo test failed (rc $rc, log $log)"
+  fi
+}

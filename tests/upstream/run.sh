@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Usage: tests/upstream/run.sh
+# below main (the pinned tarball in ../shared/upstream) with patches/below:
+# git am the series onto the pristine tree, build it (harness-only steps
+# outside the series: bindgen `runtime`, `clang` -> clang-19; see README.md),
+# run upstream's tests the way its CI runs them, then in the Debian 7.3 guest
+# record frozen cgroups with stock below main reading files and with patched
+# below main with enable_cgroup_bpf: its iterator must run and
+# `below dump cgroup` must agree. Skips (exit 0) when the tarball is absent.
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+if ! upstream_available; then
+  log "SKIP: no below main tarball (../shared/upstream/below-${UPSTREAM_COMMIT:0:8}.tar.gz next to the repo; set BELOW_UPSTREAM_TARBALL)"
+  exit 0
+fi
+
+binaries() {
+  stock=$(upstream_binary stock | tail -n1) && patched=$(upstream_binary patched | tail -n1)
+}
+
+guest() {
+  install_pkgs bpftool
+  "$REPO_ROOT/tests/vm/run.sh" --kernel debian-7.3 --timeout 600 \
+    --add "$stock:/below-stock" --add "$patched:/below-patched" --add "$CHECK_BIN:/bstats-check" \
+    --add "$REPO_ROOT/tests/upstream/guest.sh:/guest.sh" --add "$REPO_ROOT/tests/e2e/dump-rows.sh:/dump-rows.sh" \
+    --add "$(command -v bpftool):/usr/local/bin/bpftool" \
+    -- /bstats-check frozen-tree sh /guest.sh /below-stock /below-patched
+}
+
+check "build (bstats-check)" build_release
+check "build below main, stock and with the series" binaries
+check "upstream's tests (as its CI runs them)" upstream_tests patched
+check "7.3 guest: files and enable_cgroup_bpf dumps agree" guest
+tally_summary
