@@ -179,18 +179,47 @@ pub fn record(logger: &slog::Logger, cfg: &Config, opts: RecordOpts) -> Result<(
         interval
     );
     let mut n = 0u64;
+    // Per-phase CPU for --debug: what a sample costs, and where.
+    let mut lap = bstats_model::Lap::start();
+    let mut process = bstats_model::process_cpu_time();
     while !STOP.load(Ordering::SeqCst) && opts.count.is_none_or(|c| n < c) {
+        // The loop outside the phases: sleeping, logging.
+        let idle = lap.lap();
         let start = Instant::now();
         let sample = collector.collect_sample();
         let t = SystemTime::now();
         check_skew(logger, start.elapsed(), skew_threshold);
         match sample {
             Ok(sample) => {
+                lap.lap();
                 if let Some(x) = &exporter {
                     x.publish(t, &sample);
                 }
-                if recorder.put(t, sample) {
-                    debug!(logger, "sample {} written; times {:?}", n, collector.times);
+                let publish = lap.lap();
+                let frame = store::DataFrame { sample };
+                let written = recorder.put(t, &frame);
+                let write = lap.lap();
+                drop(frame);
+                let free = lap.lap();
+                if written {
+                    let now = bstats_model::process_cpu_time();
+                    let c = &collector.times;
+                    debug!(
+                        logger,
+                        "sample {} written; {}; process cpu ms {:.2}",
+                        n,
+                        bstats_model::PhaseLog(&[
+                            ("below", c.rest),
+                            ("cgroups", c.cgroups),
+                            ("tree", c.tree),
+                            ("publish", publish),
+                            ("store", write),
+                            ("drop", free),
+                            ("idle", idle),
+                        ]),
+                        (now - process).as_secs_f64() * 1e3,
+                    );
+                    process = now;
                 }
             }
             // below skips a failed sample and keeps recording.

@@ -107,9 +107,10 @@ impl Recorder {
     }
 
     /// Appends a sample, then applies retention and the size limit. Returns
-    /// whether the sample landed; failures are logged here.
-    pub fn put(&mut self, timestamp: SystemTime, sample: model::Sample) -> bool {
-        let written = match self.write(timestamp, &DataFrame { sample }) {
+    /// whether the sample landed; failures are logged here. (The frame is
+    /// borrowed so a caller can time dropping it on its own.)
+    pub fn put(&mut self, timestamp: SystemTime, frame: &DataFrame) -> bool {
+        let written = match self.write(timestamp, frame) {
             Ok(()) => {
                 self.write_failures.succeed(&self.logger);
                 true
@@ -251,6 +252,10 @@ pub fn read_backend_records(dir: &Path) -> Result<Vec<BackendRecord>> {
 mod test {
     use bpf_stats::BackendChoice;
 
+    fn frame(sample: model::Sample) -> DataFrame {
+        DataFrame { sample }
+    }
+
     use super::*;
 
     fn plan() -> Plan {
@@ -299,7 +304,7 @@ mod test {
         let mut sample = model::Sample::default();
         sample.cgroup.memory_current = Some(42);
         let t = SystemTime::now();
-        assert!(r.put(t, sample.clone()));
+        assert!(r.put(t, &frame(sample.clone())));
         let (_, frame) = store::read_next_sample(
             d.path(),
             t - Duration::from_secs(5),
@@ -320,11 +325,11 @@ mod test {
         let logger = slog::Logger::root(slog::Discard, slog::o!());
         let mut r = Recorder::new(logger.clone(), &dir, CompressionMode::Zstd, None, None).unwrap();
         let t0 = SystemTime::now();
-        assert!(r.put(t0, model::Sample::default()));
+        assert!(r.put(t0, &frame(model::Sample::default())));
         std::fs::remove_dir_all(&dir).unwrap();
         let mut sample = model::Sample::default();
         sample.cgroup.memory_current = Some(7);
-        assert!(r.put(t0 + Duration::from_secs(1), sample));
+        assert!(r.put(t0 + Duration::from_secs(1), &frame(sample)));
         let (_, frame) = store::read_next_sample(&dir, t0, store::Direction::Forward, logger)
             .unwrap()
             .expect("the sample after the removal");
@@ -360,7 +365,7 @@ mod test {
         let mut r =
             Recorder::new(logger.clone(), &dir, CompressionMode::None, Some(day), None).unwrap();
         for i in 0..4 {
-            assert!(r.put(t0 + day * i, model::Sample::default()));
+            assert!(r.put(t0 + day * i, &frame(model::Sample::default())));
         }
         // At day 3, day 2's shard still holds samples newer than a day ago.
         assert_eq!(shards(&dir), [shard(2), shard(3)]);
@@ -368,7 +373,7 @@ mod test {
         let dir = d.path().join("size");
         let mut r = Recorder::new(logger, &dir, CompressionMode::None, None, Some(1)).unwrap();
         for i in 0..3 {
-            assert!(r.put(t0 + day * i, model::Sample::default()));
+            assert!(r.put(t0 + day * i, &frame(model::Sample::default())));
         }
         assert_eq!(shards(&dir), [shard(2)], "only the active shard");
         assert!(r.over_size_limit);

@@ -87,9 +87,17 @@ impl Fixture {
             }
             level = next;
         }
+        // A set of parents: comparing every pair is minutes at 10,000 under TCG.
+        let parents: std::collections::HashSet<&str> = dirs
+            .iter()
+            .filter_map(|d| {
+                let (p, _) = d.trim_end_matches('/').rsplit_once('/')?;
+                Some(&d[..=p.len()])
+            })
+            .collect();
         let leaves: Vec<&String> = dirs
             .iter()
-            .filter(|d| !dirs.iter().any(|o| o.len() > d.len() && o.starts_with(*d)))
+            .filter(|d| !parents.contains(d.as_str()))
             .collect();
         let want = holders.min(leaves.len());
         let hold = Work {
