@@ -322,12 +322,39 @@ fn record(logger: &slog::Logger, cfg: &Config, interval: Duration, args: RecordA
     );
     let start = Instant::now();
     let mut n = 0u64;
+    // Per-phase CPU for --debug: what a sample costs, and where.
+    let mut lap = bstats_model::Lap::start();
+    let mut process = bstats_model::process_cpu_time();
     while !STOP.load(Ordering::SeqCst) && args.count.is_none_or(|c| n < c) {
+        // The loop outside the phases: sleeping, logging.
+        let idle = lap.lap();
         let t = SystemTime::now();
         match collector.collect_sample() {
             Ok(sample) => {
-                recorder.put(t, sample)?;
-                debug!(logger, "sample {} written; times {:?}", n, collector.times);
+                lap.lap();
+                let frame = store::DataFrame { sample };
+                let put = recorder.put(t, &frame);
+                let write = lap.lap();
+                drop(frame);
+                let free = lap.lap();
+                put?;
+                let now = bstats_model::process_cpu_time();
+                let c = &collector.times;
+                debug!(
+                    logger,
+                    "sample {} written; {}; process cpu ms {:.2}",
+                    n,
+                    bstats_model::PhaseLog(&[
+                        ("below", c.rest),
+                        ("cgroups", c.cgroups),
+                        ("tree", c.tree),
+                        ("store", write),
+                        ("drop", free),
+                        ("idle", idle),
+                    ]),
+                    (now - process).as_secs_f64() * 1e3,
+                );
+                process = now;
             }
             // below skips a failed sample and keeps recording.
             Err(e) => error!(logger, "Sample skipped: {:#}", e),

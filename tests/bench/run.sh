@@ -1,22 +1,33 @@
 #!/usr/bin/env bash
-# Usage: tests/bench/run.sh [--smoke] [--kernels "debian-7.3 patched"] [--out DIR]
-#                           [-- cgroup-bench ARGS...]
+# Usage: tests/bench/run.sh [--smoke | --bill | --soak] [--kernels "debian-7.3 patched"]
+#                           [--out DIR] [-- cgroup-bench ARGS...]
 # Builds release cgroup-bench and below, boots each kernel under QEMU (TCG,
-# tests/vm/run.sh), runs the whole benchmark in the guest and prints its
-# markdown tables. Results: DIR/<kernel>/bench.{md,json} (DIR defaults to
-# target/bench). A kernel that cannot be had (the patched one before the
+# tests/vm/run.sh), runs the benchmark in the guest and prints its markdown
+# tables. Results: DIR/<kernel>[-bill|-soak]/bench.{md,json} (DIR defaults
+# to target/bench). A kernel that cannot be had (the patched one before the
 # kernel series lands, or a failed build) is skipped with the reason.
-#   --smoke   a tiny run (10 cgroups, 2-3 samples, K=1,2, 1 s overhead):
-#             checks that everything runs in a guest, not the numbers.
+#   --smoke   a tiny run of every section (10 cgroups, 2-3 samples, K=1,2,
+#             1 s overhead, 3 s per bill recorder, a 4 s soak): checks that
+#             everything runs in a guest, not the numbers.
+#   --bill    the user's bill: real `below record -i 1` processes (below 0.9
+#             from crates.io, ours per backend, the floor; each with and
+#             without --compress) at 1,000 / 5,000 / 10,000 cgroups in one
+#             guest run (debian-7.3 unless --kernels; ~1 h under TCG). An
+#             upstream below main build in $BELOW_MAIN_BIN adds its rows.
+#   --soak    RSS of `below record` over 10 min at 5,000 cgroups with churn.
 #   -- ARGS   cgroup-bench arguments replacing the default set below.
+# Commas are cgroup-bench's list syntax; backticks in printf are markdown.
+# shellcheck disable=SC2054,SC2016
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 say() { printf '[bench] %s\n' "$*" >&2; }
 
-smoke=0 kernels="debian-7.3 patched" out=target/bench
+smoke=0 mode=all kernels='' out=target/bench
 while [ $# -gt 0 ]; do
   case "$1" in
     --smoke) smoke=1; shift ;;
+    --bill) mode=bill; shift ;;
+    --soak) mode=soak; shift ;;
     --kernels) kernels=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
     --) shift; break ;;
@@ -24,14 +35,38 @@ while [ $# -gt 0 ]; do
   esac
 done
 
+[ $smoke = 0 ] || [ $mode = all ] || { say "--smoke runs every section: no --$mode"; exit 2; }
+[ -n "$kernels" ] || kernels=$([ $mode = all ] && echo "debian-7.3 patched" || echo debian-7.3)
+
+say "building below 0.9.0 from crates.io (cached after the first time)"
+below09=$(tests/reference/below09.sh | tail -n1)
+adds=(--add target/release/cgroup-bench:/bin/cgroup-bench --add target/release/below:/bin/below
+      --add "$below09:/bin/below09")
+recorder_args=(--below /bin/below --below09 /bin/below09)
+if [ -n "${BELOW_MAIN_BIN:-}" ]; then
+  adds+=(--add "$BELOW_MAIN_BIN:/bin/below-main")
+  recorder_args+=(--below-main /bin/below-main)
+fi
+mem=2G suffix=
 if [ $smoke = 1 ]; then
-  args=(--sizes 10 --min-samples 2 --max-samples 3 --budget-s 0 --readers 1,2
-        --cgroups 10 --holders 2 --overhead-secs 1 --overhead-rounds 1)
-  vm_timeout=300
+  args=(--sections collect,parallel,overhead,bill,soak
+        --sizes 10 --min-samples 2 --max-samples 3 --budget-s 0 --readers 1,2
+        --cgroups 10 --holders 2 --overhead-secs 1 --overhead-rounds 1
+        --bill-sizes 10 --bill-secs 3 --recorders below09,bpf,read-z,floor "${recorder_args[@]}"
+        --soak-cgroups 10 --soak-secs 4 --soak-every-s 2 --soak-churn 5 --soak-churn-ms 500)
+  vm_timeout=400
+elif [ $mode = bill ]; then
+  # One recorder at a time; a window per size sized for TCG (below 0.9 at
+  # 10,000 cgroups takes several seconds per sample: few samples is a result).
+  args=(--sections bill --bill-sizes 1000,5000,10000 --bill-secs 15,20,30 "${recorder_args[@]}")
+  vm_timeout=7200 mem=4G suffix=-bill
+elif [ $mode = soak ]; then
+  args=(--sections soak --soak-cgroups 5000 --soak-secs 600 --soak-every-s 30 "${recorder_args[@]}")
+  vm_timeout=2400 mem=4G suffix=-soak
 else
   # Sized for TCG (~50x slower than the host): every cell stops after its
   # budget once it has its minimum samples; ~10 min per kernel.
-  args=(--sizes 10,100,1000,5000 --min-samples 2 --max-samples 200 --budget-s 5
+  args=(--below /bin/below --sizes 10,100,1000,5000 --min-samples 2 --max-samples 200 --budget-s 5
         --readers 1,4,8 --cgroups 1000 --holders 32 --overhead-secs 10 --overhead-rounds 1)
   vm_timeout=1500
 fi
@@ -48,20 +83,22 @@ for k in $kernels; do
     say "SKIP $k: kernel not available: $(grep -v '^\s*$' "$out/kernel-$k.log" | tail -n1)"
     continue
   fi
-  rm -rf "${out:?}/$k"
-  cmd=(cgroup-bench --below /bin/below --json /out/bench.json --md /out/bench.md "${args[@]}")
+  rm -rf "${out:?}/$k$suffix"
+  cmd=(cgroup-bench --json /out/bench.json --md /out/bench.md "${args[@]}")
   say "$k: ${cmd[*]}"
-  if ! tests/vm/run.sh --kernel "$img" --timeout "$vm_timeout" --out "$out/$k" \
-      --add target/release/cgroup-bench:/bin/cgroup-bench --add target/release/below:/bin/below \
-      -- "${cmd[@]}" >"$out/console-$k.log" 2>&1; then
-    say "FAILED $k (console: $out/console-$k.log):"
-    tail -n 30 "$out/console-$k.log" | tr -d '\r' >&2
+  if ! tests/vm/run.sh --kernel "$img" --timeout "$vm_timeout" --mem "$mem" --out "$out/$k$suffix" \
+      "${adds[@]}" -- "${cmd[@]}" >"$out/console-$k$suffix.log" 2>&1; then
+    say "FAILED $k (console: $out/console-$k$suffix.log):"
+    tail -n 30 "$out/console-$k$suffix.log" | tr -d '\r' >&2
     failed=1
     continue
   fi
+  flag=
+  [ $smoke = 0 ] || flag=" --smoke"
+  [ $mode = all ] || flag=" --$mode"
   printf '\n## Kernel %s\n\nReproduce all: `tests/bench/run.sh%s --kernels %s`\n\n' \
-    "$k" "$([ $smoke = 1 ] && echo ' --smoke')" "$k"
-  cat "$out/$k/bench.md"
+    "$k" "$flag" "$k"
+  cat "$out/$k$suffix/bench.md"
   if [ $smoke = 1 ]; then
     # Sanity, not timing: the baseline and plain read produced numbers.
     python3 - "$out/$k/bench.json" <<'PY' || failed=1
@@ -78,6 +115,21 @@ for k in ("stream", "bpf"):
     assert rows[k]["status"] == "ok" or rows[k]["status"].startswith("n/a: "), rows[k]
 assert all(p["status"] != "ok" or p["p50_ms"] > 0 for p in r["parallel"]["rows"])
 assert r["overhead"]["rows"][0]["ops_per_s"] > 0
+bill = {x["key"]: x for x in r["bill"][0]["rows"]}
+for k in ("below09", "bpf", "read-z", "floor"):
+    x = bill[k]
+    if k in ("bpf", "floor") and x["status"].startswith("n/a: "):
+        continue  # a kernel without BPF says why
+    assert x["status"] == "ok", (k, x["status"])
+    assert x["written"] >= 1 and x["cpu_ms_per_sample"] > 0, x
+    assert x["store_bytes_per_sample"] > 0 and x["peak_rss_kib"] > 0, x
+    assert x["cgroups_stored"] >= 11, x
+for k in ("bpf", "read-z", "floor"):
+    x = bill[k]
+    assert x["status"] != "ok" or x["phases"].get("process", 0) > 0, x
+s = r["soak"]["result"]
+assert s["status"] == "ok" and len(s["points"]) >= 2, s
+assert all(p["rss_kib"] > 0 for p in s["points"]), s
 print("[bench] smoke: sane", file=sys.stderr)
 PY
   fi

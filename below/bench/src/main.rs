@@ -4,6 +4,7 @@
 
 mod alloc;
 mod bench;
+mod bill;
 mod collectors;
 mod fixture;
 mod overhead;
@@ -52,13 +53,59 @@ pub struct Args {
     /// cgroup2 root to sample [default: the cgroup2 mount]
     #[arg(long)]
     root: Option<PathBuf>,
-    /// Sections to run: collect, parallel, overhead
+    /// Sections to run: collect, parallel, overhead, bill, soak
     #[arg(
         long,
         default_value = "collect,parallel,overhead",
         value_delimiter = ','
     )]
     sections: Vec<String>,
+    /// bill: cgroups to create (3 levels deep), one table each
+    #[arg(long, default_value = "1000,5000,10000", value_delimiter = ',')]
+    bill_sizes: Vec<usize>,
+    /// bill: seconds each recorder is measured, per size (the last
+    /// repeats)
+    #[arg(long, default_value = "20,30,40", value_delimiter = ',')]
+    bill_secs: Vec<f64>,
+    /// bill, soak: seconds a recorder may take for its first two samples
+    #[arg(long, default_value_t = 300.0)]
+    warmup_s: f64,
+    /// bill: recorders to run, by key (below09, bpf, read, stream, floor,
+    /// main-files, main-bpf; a "-z" suffix: with --compress) [default: all
+    /// whose binary is given]
+    #[arg(long, value_delimiter = ',')]
+    recorders: Vec<String>,
+    /// below 0.9.0 from crates.io (tests/reference/below09.sh) for bill
+    #[arg(long)]
+    below09: Option<PathBuf>,
+    /// An upstream below main build, for its bill rows
+    #[arg(long)]
+    below_main: Option<PathBuf>,
+    /// bill: profile each recorder's window with this perf binary, reports
+    /// in --perf-out (perf's sampling adds to the CPU measured)
+    #[arg(long)]
+    perf: Option<PathBuf>,
+    /// bill: where --perf writes perf-<recorder>.txt
+    #[arg(long, default_value = ".")]
+    perf_out: PathBuf,
+    /// soak: cgroups in the tree
+    #[arg(long, default_value_t = 5000)]
+    soak_cgroups: usize,
+    /// soak: seconds to record
+    #[arg(long, default_value_t = 600.0)]
+    soak_secs: f64,
+    /// soak: seconds between RSS readings
+    #[arg(long, default_value_t = 30.0)]
+    soak_every_s: f64,
+    /// soak: cgroups removed and created again each churn period
+    #[arg(long, default_value_t = 100)]
+    soak_churn: usize,
+    /// soak: milliseconds a churned tree lives
+    #[arg(long, default_value_t = 2000)]
+    soak_churn_ms: u64,
+    /// soak: the recorder, a bill key
+    #[arg(long, default_value = "bpf")]
+    soak_recorder: String,
     /// Cgroups to create (3 levels deep), one table each
     #[arg(long, default_value = "10,100,1000,5000", value_delimiter = ',')]
     sizes: Vec<usize>,
@@ -130,6 +177,14 @@ fn main() -> Result<()> {
         Some("__record-baseline") if argv.len() == 4 => {
             return overhead::record_baseline(argv[2].as_ref(), argv[3].as_ref())
         }
+        Some("__record-floor") if argv.len() == 4 || argv.len() == 5 => {
+            let compress = argv.get(4).map(String::as_str) == Some("--compress");
+            return bill::record_floor(argv[2].as_ref(), argv[3].as_ref(), compress);
+        }
+        Some("__churn") if argv.len() == 5 => {
+            let period = std::time::Duration::from_millis(argv[4].parse()?);
+            return bill::churn(argv[2].as_ref(), argv[3].parse()?, period);
+        }
         _ => {}
     }
     let args = Args::parse();
@@ -149,8 +204,8 @@ fn main() -> Result<()> {
         .map(|s| Kind::parse(s))
         .collect::<Result<Vec<_>>>()?;
     for s in &args.sections {
-        if !["collect", "parallel", "overhead"].contains(&s.as_str()) {
-            bail!("unknown section {s:?} (collect, parallel, overhead)");
+        if !["collect", "parallel", "overhead", "bill", "soak"].contains(&s.as_str()) {
+            bail!("unknown section {s:?} (collect, parallel, overhead, bill, soak)");
         }
     }
     let target = collectors::Target {
@@ -207,6 +262,75 @@ fn main() -> Result<()> {
             );
             let rows = overhead::run(&kinds, args.below.as_deref(), &root, &cfg)?;
             rep.add_overhead(&args, fx.created(), cfg, rows);
+            rep.print_last();
+        }
+    }
+    if args.has("bill") || args.has("soak") {
+        let all = bill::recorders(&bill::Binaries {
+            below09: args.below09.as_deref(),
+            below_main: args.below_main.as_deref(),
+            ours: args.below.as_deref(),
+        })?;
+        let warmup = std::time::Duration::from_secs_f64(args.warmup_s);
+        if args.has("bill") {
+            let chosen: Vec<&bill::Recorder> = if args.recorders.is_empty() {
+                all.iter().collect()
+            } else {
+                args.recorders
+                    .iter()
+                    .map(|k| {
+                        all.iter()
+                            .find(|r| &r.key == k)
+                            .with_context(|| format!("no recorder {k:?} (or its binary not given)"))
+                    })
+                    .collect::<Result<_>>()?
+            };
+            for (i, &n) in args.bill_sizes.iter().enumerate() {
+                let secs = *args
+                    .bill_secs
+                    .get(i)
+                    .or(args.bill_secs.last())
+                    .context("--bill-secs is empty")?;
+                let fx = fixture::Fixture::create(&root, n, args.holders, args.hold_mb)?;
+                let mut rows = Vec::new();
+                for r in &chosen {
+                    eprintln!("cgroup-bench: bill, {n} cgroups: {} ({secs} s)", r.name);
+                    let window = std::time::Duration::from_secs_f64(secs);
+                    let perf = args.perf.as_deref().map(|bin| bill::Perf {
+                        bin,
+                        out: &args.perf_out,
+                    });
+                    rows.push(bill::measure(r, &root, window, warmup, perf.as_ref()));
+                    check_interrupted()?;
+                }
+                rep.add_bill(&args, fx.created(), secs, rows);
+                drop(fx);
+                rep.print_last();
+            }
+        }
+        if args.has("soak") {
+            let r = all
+                .iter()
+                .find(|r| r.key == args.soak_recorder)
+                .with_context(|| format!("no recorder {:?}", args.soak_recorder))?;
+            let fx =
+                fixture::Fixture::create(&root, args.soak_cgroups, args.holders, args.hold_mb)?;
+            let cfg = bill::SoakConfig {
+                secs: args.soak_secs,
+                every: std::time::Duration::from_secs_f64(args.soak_every_s),
+                churn: args.soak_churn,
+                churn_period: std::time::Duration::from_millis(args.soak_churn_ms),
+                warmup,
+            };
+            eprintln!(
+                "cgroup-bench: soak, {} cgroups: {} ({} s)",
+                fx.created(),
+                r.name,
+                cfg.secs
+            );
+            let res = bill::soak(r, &root, &cfg);
+            rep.add_soak(&args, fx.created(), res);
+            drop(fx);
             rep.print_last();
         }
     }

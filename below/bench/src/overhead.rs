@@ -86,8 +86,13 @@ fn run_workload(cfg: &Config) -> Result<f64> {
 }
 
 /// User + system CPU of a process so far.
-fn proc_cpu(pid: u32) -> Result<Duration> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+pub fn proc_cpu(pid: u32) -> Result<Duration> {
+    stat_cpu(&format!("/proc/{pid}/stat"))
+}
+
+/// User + system CPU from a /proc `stat` file (a process's or a thread's).
+pub fn stat_cpu(path: &str) -> Result<Duration> {
+    let stat = std::fs::read_to_string(path)?;
     // Fields after the command name (which may hold spaces) in parens.
     let rest = &stat[stat.rfind(')').context("bad /proc/pid/stat")? + 2..];
     let f: Vec<&str> = rest.split_whitespace().collect();

@@ -7,6 +7,7 @@
 //! built from our [`bpf_stats::Snapshot`].
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 use std::time::Instant;
 use std::time::SystemTime;
 
@@ -40,15 +41,91 @@ pub fn build_tree(snap: Snapshot) -> CgroupSample {
     nodes.pop().map(|n| n.sample).unwrap_or_default()
 }
 
+/// CPU time of the calling thread (user + system), from the thread CPU
+/// clock: exact, unlike tick-based rusage, and unlike wall time not
+/// inflated when the machine (or an emulated guest) is busy.
+pub fn thread_cpu_time() -> Duration {
+    // SAFETY: clock_gettime only writes the struct we pass.
+    let ts = unsafe {
+        let mut ts: libc::timespec = std::mem::zeroed();
+        libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts);
+        ts
+    };
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
+/// CPU time of the whole process (all threads), same clock family.
+pub fn process_cpu_time() -> Duration {
+    // SAFETY: clock_gettime only writes the struct we pass.
+    let ts = unsafe {
+        let mut ts: libc::timespec = std::mem::zeroed();
+        libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts);
+        ts
+    };
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
+/// Thread CPU and wall time of one phase.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Phase {
+    pub cpu: Duration,
+    pub wall: Duration,
+}
+
+/// Measures phases back to back: each [`Lap::lap`] ends one.
+pub struct Lap {
+    cpu: Duration,
+    wall: Instant,
+}
+
+impl Lap {
+    pub fn start() -> Lap {
+        Lap {
+            cpu: thread_cpu_time(),
+            wall: Instant::now(),
+        }
+    }
+
+    /// The phase since the previous lap (or the start).
+    pub fn lap(&mut self) -> Phase {
+        let (cpu, wall) = (thread_cpu_time(), Instant::now());
+        let p = Phase {
+            cpu: cpu.saturating_sub(self.cpu),
+            wall: wall - self.wall,
+        };
+        (self.cpu, self.wall) = (cpu, wall);
+        p
+    }
+}
+
+/// Formats named phases as "cpu ms: a=1.00 b=2.00; wall ms: a=… b=…",
+/// the line `record --debug` logs per sample (the bill benchmark parses it).
+pub struct PhaseLog<'a>(pub &'a [(&'static str, Phase)]);
+
+impl std::fmt::Display for PhaseLog<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let ms = |d: Duration| d.as_secs_f64() * 1e3;
+        write!(f, "cpu ms:")?;
+        for (name, p) in self.0 {
+            write!(f, " {}={:.2}", name, ms(p.cpu))?;
+        }
+        write!(f, "; wall ms:")?;
+        for (name, p) in self.0 {
+            write!(f, " {}={:.2}", name, ms(p.wall))?;
+        }
+        Ok(())
+    }
+}
+
 /// Where the time of one sample went.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct SampleTimes {
-    /// Our cgroup collector (iterator pass / file reads).
-    pub cgroups: std::time::Duration,
+    /// Our cgroup collector (iterator pass and decoding / file reads).
+    pub cgroups: Phase,
     /// Turning the snapshot into below's tree.
-    pub tree: std::time::Duration,
+    pub tree: Phase,
     /// below's own collector (procfs, system, network).
-    pub rest: std::time::Duration,
+    pub rest: Phase,
 }
 
 pub struct Collector {
@@ -89,20 +166,29 @@ impl Collector {
         &self.cgroups
     }
 
+    pub fn cgroups_mut(&mut self) -> &mut CgroupCollector {
+        &mut self.cgroups
+    }
+
+    /// Only below's own collectors: the sample with below's reading of the
+    /// root cgroup in place of our tree.
+    pub fn collect_below(&mut self) -> Result<Sample> {
+        self.below.collect_sample()
+    }
+
     pub fn collect_sample(&mut self) -> Result<Sample> {
-        let t0 = Instant::now();
-        let mut sample = self.below.collect_sample()?;
-        let t1 = Instant::now();
+        let mut lap = Lap::start();
+        let mut sample = self.collect_below()?;
+        let rest = lap.lap();
         let snap = self.cgroups.collect();
-        let t2 = Instant::now();
+        let cgroups = lap.lap();
         self.report_errors(&snap);
         // below's collector read the root's files; ours replace them.
         sample.cgroup = build_tree(snap);
-        let t3 = Instant::now();
         self.times = SampleTimes {
-            rest: t1 - t0,
-            cgroups: t2 - t1,
-            tree: t3 - t2,
+            rest,
+            cgroups,
+            tree: lap.lap(),
         };
         Ok(sample)
     }

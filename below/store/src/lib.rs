@@ -76,11 +76,11 @@ impl Recorder {
         })
     }
 
-    /// Appends a sample, then applies retention and the size limit.
-    pub fn put(&mut self, timestamp: SystemTime, sample: model::Sample) -> Result<()> {
-        let frame = DataFrame { sample };
+    /// Appends a sample, then applies retention and the size limit. (The
+    /// frame is borrowed so a caller can time dropping it on its own.)
+    pub fn put(&mut self, timestamp: SystemTime, frame: &DataFrame) -> Result<()> {
         self.writer
-            .put(timestamp, &frame)
+            .put(timestamp, frame)
             .context("Failed to write sample to the store")?;
         if let Some(r) = self.retention {
             if let Some(t) = timestamp.checked_sub(r) {
@@ -196,7 +196,13 @@ mod test {
         let mut sample = model::Sample::default();
         sample.cgroup.memory_current = Some(42);
         let t = SystemTime::now();
-        r.put(t, sample.clone()).unwrap();
+        r.put(
+            t,
+            &DataFrame {
+                sample: sample.clone(),
+            },
+        )
+        .unwrap();
         let (_, frame) = store::read_next_sample(
             d.path(),
             t - Duration::from_secs(5),

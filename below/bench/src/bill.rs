@@ -1,0 +1,670 @@
+//! The user's bill: real `below record -i 1` processes, one at a time on
+//! the same cgroup tree, each over a window of the same length: whole
+//! process CPU per sample actually written, samples written against
+//! expected, store bytes per sample, peak RSS; and, from `--debug`, where
+//! our recorder's CPU goes. A "floor" recorder does only what no cgroup
+//! collector can avoid (below's other collectors, the BPF pass, the store
+//! write of a same-sized tree) to measure our part against.
+
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::path::Path;
+use std::path::PathBuf;
+use std::process::Child;
+use std::process::Command;
+use std::process::Stdio;
+use std::sync::atomic::AtomicBool;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+use std::time::Instant;
+use std::time::SystemTime;
+
+use anyhow::bail;
+use anyhow::Context;
+use anyhow::Result;
+use model::CgroupSample;
+use serde::Serialize;
+
+use crate::overhead::proc_cpu;
+
+/// One row of the bill: a recorder's command line, `{config}`, `{store}`
+/// and `{root}` filled in per run, and what its config file holds besides
+/// store_dir, log_dir and cgroup_root.
+#[derive(Debug, Clone, Serialize)]
+pub struct Recorder {
+    /// Short name for `--recorders`.
+    pub key: String,
+    /// Row label.
+    pub name: String,
+    pub argv: Vec<String>,
+    pub config: String,
+}
+
+/// Binaries the rows are made of; a missing one drops its rows.
+pub struct Binaries<'a> {
+    pub below09: Option<&'a Path>,
+    pub below_main: Option<&'a Path>,
+    pub ours: Option<&'a Path>,
+}
+
+fn row(key: &str, name: &str, bin: &Path, args: &[&str], config: &str) -> Recorder {
+    let mut argv = vec![bin.display().to_string()];
+    argv.extend(args.iter().map(|s| s.to_string()));
+    Recorder {
+        key: key.into(),
+        name: name.into(),
+        argv,
+        config: config.into(),
+    }
+}
+
+/// Every recorder of the bill, each with and without `--compress`.
+pub fn recorders(b: &Binaries) -> Result<Vec<Recorder>> {
+    let rec = ["--config", "{config}", "record", "-i", "1"];
+    let mut plain = Vec::new();
+    if let Some(p) = b.below09 {
+        let a = [&rec[..], &["--disable-exitstats"]].concat();
+        plain.push(row("below09", "below 0.9 (exitstats off)", p, &a, ""));
+    }
+    if let Some(p) = b.below_main {
+        let a = [&rec[..], &["--disable-exitstats"]].concat();
+        plain.push(row("main-files", "below main, files", p, &a, ""));
+        plain.push(row(
+            "main-bpf",
+            "below main, enable_cgroup_bpf",
+            p,
+            &a,
+            "enable_cgroup_bpf = true\n",
+        ));
+    }
+    if let Some(p) = b.ours {
+        for (be, label) in [("bpf", "BPF"), ("read", "plain read"), ("stream", "stream")] {
+            let a = [&["--debug", "--cgroup-backend", be][..], &rec[..]].concat();
+            plain.push(row(be, &format!("ours, {label}"), p, &a, ""));
+        }
+    }
+    let me = std::env::current_exe()?;
+    plain.push(row(
+        "floor",
+        "floor: below's collectors + BPF pass + store write",
+        &me,
+        &["__record-floor", "{store}", "{root}"],
+        "",
+    ));
+    let mut all = Vec::new();
+    for r in plain {
+        let mut z = r.clone();
+        z.key.push_str("-z");
+        z.name.push_str(", --compress");
+        z.argv.push("--compress".into());
+        all.extend([r, z]);
+    }
+    Ok(all)
+}
+
+#[derive(Debug, Default, Clone, Serialize)]
+pub struct BillRow {
+    pub key: String,
+    pub recorder: String,
+    pub command: String,
+    pub status: String,
+    pub window_s: f64,
+    pub expected: u64,
+    pub written: u64,
+    /// Whole-process CPU (utime + stime) over the window ÷ samples written.
+    pub cpu_ms_per_sample: f64,
+    pub store_bytes_per_sample: f64,
+    pub peak_rss_kib: u64,
+    /// Cgroups in the last stored sample (root included).
+    pub cgroups_stored: usize,
+    /// Mean thread-CPU ms per phase from the recorder's per-sample timing
+    /// lines (first sample left out), and the process CPU of the same lines.
+    pub phases: BTreeMap<String, f64>,
+    /// Whole-window CPU ms per written sample by thread name (comm).
+    pub threads: BTreeMap<String, f64>,
+}
+
+/// CPU ticks so far of each of `pid`'s threads, summed by thread name.
+fn threads_cpu(pid: u32) -> BTreeMap<String, Duration> {
+    let mut m = BTreeMap::new();
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return m;
+    };
+    for t in tasks.flatten() {
+        let comm = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
+        let Ok(tid) = t.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        if let Ok(c) = proc_cpu_task(pid, tid) {
+            *m.entry(comm.trim().to_owned()).or_default() += c;
+        }
+    }
+    m
+}
+
+fn proc_cpu_task(pid: u32, tid: u32) -> Result<Duration> {
+    crate::overhead::stat_cpu(&format!("/proc/{pid}/task/{tid}/stat"))
+}
+
+impl BillRow {
+    pub fn ok(&self) -> bool {
+        self.status == "ok"
+    }
+}
+
+/// Samples (index entries) in a store directory and its data bytes. An
+/// index entry is 32 bytes; its `len` (bytes 16..20) is 0 only in padding.
+pub fn store_size(dir: &Path) -> (u64, u64) {
+    let (mut samples, mut bytes) = (0, 0);
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return (0, 0);
+    };
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if name.starts_with("index_") {
+            if let Ok(idx) = std::fs::read(e.path()) {
+                samples += idx.chunks_exact(32).filter(|c| c[16..20] != [0; 4]).count() as u64;
+            }
+        } else if name.starts_with("data_") {
+            bytes += e.metadata().map_or(0, |m| m.len());
+        }
+    }
+    (samples, bytes)
+}
+
+/// A `/proc/<pid>/status` field in KiB (VmHWM, VmRSS).
+pub fn status_kib(pid: u32, field: &str) -> Option<u64> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    s.lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+}
+
+fn count_cgroups(c: &CgroupSample) -> usize {
+    1 + c
+        .children
+        .iter()
+        .flatten()
+        .map(|(_, c)| count_cgroups(c))
+        .sum::<usize>()
+}
+
+/// Parses "… written; cpu ms: a=1.00 b=2.00; wall ms: …; process cpu ms
+/// 3.00" lines (`bstats_model::PhaseLog`) into per-phase means, skipping
+/// the first sample (startup).
+pub fn phase_means(log: &str) -> BTreeMap<String, f64> {
+    let mut sum: BTreeMap<String, (f64, usize)> = BTreeMap::new();
+    let lines = log.lines().filter(|l| l.contains(" written; cpu ms:"));
+    for l in lines.skip(1) {
+        let mut add = |k: &str, v: &str| {
+            if let Ok(v) = v.parse::<f64>() {
+                let e = sum.entry(k.to_owned()).or_default();
+                e.0 += v;
+                e.1 += 1;
+            }
+        };
+        let cpu = l.split("cpu ms:").nth(1).unwrap_or("");
+        for kv in cpu.split(';').next().unwrap_or("").split_whitespace() {
+            if let Some((k, v)) = kv.split_once('=') {
+                add(k, v);
+            }
+        }
+        if let Some(p) = l.split("process cpu ms ").nth(1) {
+            add("process", p.trim());
+        }
+    }
+    sum.into_iter()
+        .map(|(k, (s, n))| (k, s / n as f64))
+        .collect()
+}
+
+/// A recorder process with its own store, config and log; stopped on drop.
+pub struct Running {
+    pub child: Child,
+    pub dir: tempfile::TempDir,
+}
+
+impl Running {
+    pub fn start(r: &Recorder, root: &Path) -> Result<Running> {
+        let dir = tempfile::tempdir()?;
+        let store = dir.path().join("store");
+        let config = dir.path().join("below.conf");
+        std::fs::write(
+            &config,
+            format!(
+                "store_dir = {:?}\nlog_dir = {:?}\ncgroup_root = {:?}\n{}",
+                store,
+                dir.path().join("log"),
+                root,
+                r.config
+            ),
+        )?;
+        let fill = |a: &String| {
+            a.replace("{config}", &config.display().to_string())
+                .replace("{store}", &store.display().to_string())
+                .replace("{root}", &root.display().to_string())
+        };
+        let argv: Vec<String> = r.argv.iter().map(fill).collect();
+        let child = Command::new(&argv[0])
+            .args(&argv[1..])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(dir.path().join("stderr"))?)
+            .spawn()
+            .with_context(|| format!("Failed to start {}", argv[0]))?;
+        Ok(Running { child, dir })
+    }
+
+    pub fn store(&self) -> PathBuf {
+        self.dir.path().join("store")
+    }
+
+    pub fn stderr(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("stderr")).unwrap_or_default()
+    }
+
+    /// Fails with the recorder's last words if it exited.
+    pub fn check_alive(&mut self) -> Result<()> {
+        if let Some(st) = self.child.try_wait()? {
+            let err = self.stderr();
+            let why = err
+                .lines()
+                .rev()
+                .find(|l| !l.trim().is_empty())
+                .unwrap_or("");
+            bail!("recorder exited ({st}): {why}");
+        }
+        Ok(())
+    }
+
+    /// Waits until the store holds `n` samples.
+    pub fn wait_for_samples(&mut self, n: u64, timeout: Duration) -> Result<()> {
+        let t = Instant::now();
+        while store_size(&self.store()).0 < n {
+            crate::check_interrupted()?;
+            self.check_alive()?;
+            if t.elapsed() > timeout {
+                bail!("fewer than {n} samples after {} s", timeout.as_secs());
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        Ok(())
+    }
+
+    /// Sleeps `d`, failing early if the recorder dies or we are interrupted.
+    pub fn watch(&mut self, d: Duration) -> Result<()> {
+        let end = Instant::now() + d;
+        while Instant::now() < end {
+            crate::check_interrupted()?;
+            self.check_alive()?;
+            std::thread::sleep((end - Instant::now()).min(Duration::from_millis(200)));
+        }
+        Ok(())
+    }
+
+    /// SIGTERM (below finishes its sample), then SIGKILL after a while.
+    fn stop(&mut self) {
+        // SAFETY: signalling our own child.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        for _ in 0..600 {
+            if matches!(self.child.try_wait(), Ok(Some(_))) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// `perf record` of a recorder over the window, for a profile (perf's
+/// sampling costs CPU in the profiled process: profile in a run of its own).
+pub struct Perf<'a> {
+    pub bin: &'a Path,
+    /// Gets `perf-<key>.txt`: `perf report` by symbol.
+    pub out: &'a Path,
+}
+
+impl Perf<'_> {
+    fn start(&self, pid: u32, key: &str) -> Result<(Child, PathBuf)> {
+        let data = self.out.join(format!("perf-{key}.data"));
+        let child = Command::new(self.bin)
+            .args(["record", "-q", "-e", "cpu-clock", "-F", "499", "-o"])
+            .arg(&data)
+            .args(["-p", &pid.to_string()])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .spawn()
+            .context("Failed to start perf")?;
+        Ok((child, data))
+    }
+
+    fn finish(&self, mut child: Child, data: &Path, key: &str) -> Result<()> {
+        // SAFETY: signalling our own child; perf writes its data on SIGINT.
+        unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+        child.wait()?;
+        let report = Command::new(self.bin)
+            .args([
+                "report",
+                "--stdio",
+                "--no-children",
+                "--sort",
+                "dso,sym",
+                "-i",
+            ])
+            .arg(data)
+            .stderr(Stdio::inherit())
+            .output()
+            .context("Failed to run perf report")?;
+        std::fs::write(self.out.join(format!("perf-{key}.txt")), report.stdout)?;
+        let _ = std::fs::remove_file(data);
+        Ok(())
+    }
+}
+
+/// Runs one recorder: start, wait for its first two samples (start-up is
+/// not the bill), then measure over `window`.
+pub fn measure(
+    r: &Recorder,
+    root: &Path,
+    window: Duration,
+    warmup: Duration,
+    perf: Option<&Perf>,
+) -> BillRow {
+    let mut row = BillRow {
+        key: r.key.clone(),
+        recorder: r.name.clone(),
+        ..Default::default()
+    };
+    match measure_inner(r, root, window, warmup, perf, &mut row) {
+        Ok(()) => row.status = "ok".into(),
+        Err(e) => row.status = format!("n/a: {e:#}"),
+    }
+    row
+}
+
+fn measure_inner(
+    r: &Recorder,
+    root: &Path,
+    window: Duration,
+    warmup: Duration,
+    perf: Option<&Perf>,
+    row: &mut BillRow,
+) -> Result<()> {
+    row.command = crate::report::sh_join(&r.argv);
+    let mut run = Running::start(r, root)?;
+    run.wait_for_samples(2, warmup)?;
+    let pid = run.child.id();
+    let profile = perf.map(|p| p.start(pid, &r.key)).transpose()?;
+    let th0 = threads_cpu(pid);
+    let (c0, k0, t0) = (proc_cpu(pid)?, store_size(&run.store()).0, Instant::now());
+    run.watch(window)?;
+    let (c1, k1) = (proc_cpu(pid)?, store_size(&run.store()).0);
+    let th1 = threads_cpu(pid);
+    if let (Some(p), Some((child, data))) = (perf, profile) {
+        p.finish(child, &data, &r.key)?;
+    }
+    let secs = t0.elapsed().as_secs_f64();
+    row.peak_rss_kib = status_kib(pid, "VmHWM").unwrap_or(0);
+    run.stop();
+    row.window_s = secs;
+    row.expected = secs.floor() as u64;
+    row.written = k1 - k0;
+    if row.written == 0 {
+        bail!("no sample written in {secs:.0} s");
+    }
+    let per_sample = |d: Duration| d.as_secs_f64() * 1e3 / row.written as f64;
+    row.cpu_ms_per_sample = per_sample(c1 - c0);
+    row.threads = th1
+        .iter()
+        .map(|(k, v)| {
+            let before = th0.get(k).copied().unwrap_or_default();
+            (k.clone(), per_sample(v.saturating_sub(before)))
+        })
+        .collect();
+    let (total, bytes) = store_size(&run.store());
+    row.store_bytes_per_sample = bytes as f64 / total.max(1) as f64;
+    row.phases = phase_means(&run.stderr());
+    let logger = slog::Logger::root(slog::Discard, slog::o!());
+    // The newest sample, as below reads it back.
+    let (_, frame) = store::read_next_sample(
+        run.store(),
+        SystemTime::now(),
+        store::Direction::Reverse,
+        logger,
+    )?
+    .context("the store has no readable sample")?;
+    row.cgroups_stored = count_cgroups(&frame.sample.cgroup);
+    Ok(())
+}
+
+/// The `__record-floor STORE ROOT [--compress]` mode: each second below's
+/// own collectors, the BPF iterator pass (no decoding, no tree) and the
+/// store write of a cgroup tree built once at start, so the written frames
+/// are as large as a real recorder's; timing lines as `record --debug`.
+pub fn record_floor(store_dir: &Path, root: &Path, compress: bool) -> Result<()> {
+    static STOP: AtomicBool = AtomicBool::new(false);
+    extern "C" fn on_term(_: libc::c_int) {
+        STOP.store(true, Ordering::SeqCst);
+    }
+    // SAFETY: the handler only stores to an atomic.
+    unsafe {
+        nix::sys::signal::signal(
+            nix::sys::signal::Signal::SIGTERM,
+            nix::sys::signal::SigHandler::Handler(on_term),
+        )
+    }?;
+    let logger = slog::Logger::root(slog::Discard, slog::o!());
+    let mut c = bstats_model::Collector::new(
+        logger.clone(),
+        &bpf_stats::Options {
+            root: root.to_path_buf(),
+            backend: bpf_stats::BackendChoice::Bpf,
+            collect_io_stat: false,
+            filter: None,
+            stream_interval: None,
+        },
+        model::CollectorOptions::default(),
+    )?;
+    let mut tree = c.collect_sample()?.cgroup;
+    let mode = bstats_store::compression_mode(compress, None)?;
+    let mut w = bstats_store::Recorder::new(logger, store_dir, mode, None, None)?;
+    let start = Instant::now();
+    let mut lap = bstats_model::Lap::start();
+    let mut process = bstats_model::process_cpu_time();
+    for n in 0u32.. {
+        if STOP.load(Ordering::SeqCst) {
+            break;
+        }
+        let idle = lap.lap();
+        let t = SystemTime::now();
+        let mut sample = c.collect_below()?;
+        let below = lap.lap();
+        c.cgroups_mut()
+            .bpf_pass()
+            .context("no stat file is planned for BPF")??;
+        let pass = lap.lap();
+        sample.cgroup = std::mem::take(&mut tree);
+        let mut frame = store::DataFrame { sample };
+        w.put(t, &frame)?;
+        let write = lap.lap();
+        tree = std::mem::take(&mut frame.sample.cgroup);
+        drop(frame);
+        let free = lap.lap();
+        let now = bstats_model::process_cpu_time();
+        eprintln!(
+            "sample {n} written; {}; process cpu ms {:.2}",
+            bstats_model::PhaseLog(&[
+                ("below", below),
+                ("pass", pass),
+                ("store", write),
+                ("drop", free),
+                ("idle", idle),
+            ]),
+            (now - process).as_secs_f64() * 1e3
+        );
+        process = now;
+        let next = start + Duration::from_secs(u64::from(n) + 1);
+        while !STOP.load(Ordering::SeqCst) && Instant::now() < next {
+            std::thread::sleep((next - Instant::now()).min(Duration::from_millis(100)));
+        }
+    }
+    Ok(())
+}
+
+/// The `__churn ROOT N PERIOD_MS` mode: a tree of N cgroups created,
+/// kept for PERIOD_MS, removed, again and again, until stdin closes.
+pub fn churn(root: &Path, n: usize, period: Duration) -> Result<()> {
+    static EOF: AtomicBool = AtomicBool::new(false);
+    std::thread::spawn(|| {
+        let _ = std::io::stdin().read_to_end(&mut Vec::new());
+        EOF.store(true, Ordering::SeqCst);
+    });
+    while !EOF.load(Ordering::SeqCst) {
+        let fx = crate::fixture::Fixture::create(root, n, 0, 0)?;
+        let end = Instant::now() + period;
+        while !EOF.load(Ordering::SeqCst) && Instant::now() < end {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        drop(fx);
+    }
+    Ok(())
+}
+
+#[derive(Debug, Default, Clone, Serialize)]
+pub struct SoakPoint {
+    pub t_s: f64,
+    pub rss_kib: u64,
+    pub samples: u64,
+}
+
+#[derive(Debug, Default, Clone, Serialize)]
+pub struct SoakResult {
+    pub recorder: String,
+    pub command: String,
+    pub status: String,
+    pub churn_cgroups: usize,
+    pub churn_period_ms: u64,
+    pub points: Vec<SoakPoint>,
+    pub peak_rss_kib: u64,
+}
+
+pub struct SoakConfig {
+    pub secs: f64,
+    pub every: Duration,
+    pub churn: usize,
+    pub churn_period: Duration,
+    pub warmup: Duration,
+}
+
+/// Records with `r` for `cfg.secs` while another process churns cgroups,
+/// reading the recorder's RSS every `cfg.every`.
+pub fn soak(r: &Recorder, root: &Path, cfg: &SoakConfig) -> SoakResult {
+    let mut res = SoakResult {
+        recorder: r.name.clone(),
+        churn_cgroups: cfg.churn,
+        churn_period_ms: cfg.churn_period.as_millis() as u64,
+        ..Default::default()
+    };
+    match soak_inner(r, root, cfg, &mut res) {
+        Ok(()) => res.status = "ok".into(),
+        Err(e) => res.status = format!("n/a: {e:#}"),
+    }
+    res
+}
+
+fn soak_inner(r: &Recorder, root: &Path, cfg: &SoakConfig, res: &mut SoakResult) -> Result<()> {
+    let mut churn = Command::new(std::env::current_exe()?)
+        .arg("__churn")
+        .arg(root)
+        .arg(cfg.churn.to_string())
+        .arg(cfg.churn_period.as_millis().to_string())
+        .stdin(Stdio::piped())
+        .spawn()
+        .context("Failed to start the churn process")?;
+    let out = (|| -> Result<()> {
+        res.command = crate::report::sh_join(&r.argv);
+        let mut run = Running::start(r, root)?;
+        run.wait_for_samples(1, cfg.warmup)?;
+        let pid = run.child.id();
+        let t0 = Instant::now();
+        loop {
+            res.points.push(SoakPoint {
+                t_s: t0.elapsed().as_secs_f64(),
+                rss_kib: status_kib(pid, "VmRSS").context("no VmRSS")?,
+                samples: store_size(&run.store()).0,
+            });
+            eprintln!("cgroup-bench: soak {:?}", res.points.last());
+            if t0.elapsed().as_secs_f64() >= cfg.secs {
+                break;
+            }
+            run.watch(cfg.every)?;
+        }
+        res.peak_rss_kib = status_kib(pid, "VmHWM").unwrap_or(0);
+        Ok(())
+    })();
+    drop(churn.stdin.take());
+    let st = churn.wait()?;
+    out?;
+    if !st.success() {
+        bail!("the churn process failed: {st}");
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod test {
+    use super::*;
+
+    #[test]
+    fn phase_lines_parse() {
+        let log = "x DEBG sample 0 written; cpu ms: below=9.00 cgroups=9.00; wall ms: below=1.00; process cpu ms 99.00\n\
+                   x DEBG sample 1 written; cpu ms: below=2.00 cgroups=4.00; wall ms: below=1.00; process cpu ms 7.00\n\
+                   other line\n\
+                   x DEBG sample 2 written; cpu ms: below=4.00 cgroups=6.00; wall ms: below=9.00; process cpu ms 9.00\n";
+        let m = phase_means(log);
+        assert_eq!(m["below"], 3.0);
+        assert_eq!(m["cgroups"], 5.0);
+        assert_eq!(m["process"], 8.0);
+        assert_eq!(m.len(), 3);
+    }
+
+    #[test]
+    fn every_recorder_has_a_compressed_twin() {
+        let b = Binaries {
+            below09: Some(Path::new("/b09")),
+            below_main: None,
+            ours: Some(Path::new("/ours")),
+        };
+        let r = recorders(&b).unwrap();
+        let keys: Vec<&str> = r.iter().map(|r| r.key.as_str()).collect();
+        assert_eq!(
+            keys,
+            [
+                "below09",
+                "below09-z",
+                "bpf",
+                "bpf-z",
+                "read",
+                "read-z",
+                "stream",
+                "stream-z",
+                "floor",
+                "floor-z"
+            ]
+        );
+        assert!(r[1]
+            .argv
+            .ends_with(&["--disable-exitstats".into(), "--compress".into()]));
+        assert_eq!(
+            r[2].argv[..4],
+            ["/ours", "--debug", "--cgroup-backend", "bpf"]
+        );
+    }
+}
