@@ -62,12 +62,32 @@ struct CompressOpts {
     dict_compress_chunk_size: Option<u32>,
 }
 
+/// Top-N: bounded cost with very many cgroups.
+#[derive(Debug, Default, clap::Args)]
+struct TopOpts {
+    /// Keep only the N cgroups with the highest rate since the previous
+    /// sample (plus their ancestors and --cgroup-top-keep matches); the
+    /// rest are counted, not stored. Config key: cgroup_top.
+    #[clap(long)]
+    cgroup_top: Option<usize>,
+    /// What --cgroup-top ranks by: cpu, memory, io or pressure [default:
+    /// cpu]. Config key: cgroup_top_by.
+    #[clap(long)]
+    cgroup_top_by: Option<bpf_stats::TopBy>,
+    /// With --cgroup-top: cgroups whose path (relative to the cgroup root)
+    /// matches this regex are always kept. Config key: cgroup_top_keep.
+    #[clap(long)]
+    cgroup_top_keep: Option<String>,
+}
+
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Display live system data (interactive) (default)
     Live {
         #[clap(short, long, default_value = "5")]
         interval_s: u64,
+        #[clap(flatten)]
+        top: TopOpts,
     },
     /// Record local system data (daemon mode)
     Record {
@@ -90,6 +110,8 @@ enum Command {
         count: Option<u64>,
         #[clap(flatten)]
         compress_opts: CompressOpts,
+        #[clap(flatten)]
+        top: TopOpts,
     },
     /// Replay historical data (interactive)
     Replay {
@@ -120,6 +142,9 @@ enum Command {
 struct ExtraConfig {
     cgroup_backend: Option<BackendChoice>,
     cgroup_root: Option<PathBuf>,
+    cgroup_top: Option<usize>,
+    cgroup_top_by: Option<bpf_stats::TopBy>,
+    cgroup_top_keep: Option<String>,
 }
 
 struct Config {
@@ -127,6 +152,8 @@ struct Config {
     backend: BackendChoice,
     cgroup_root: PathBuf,
     debug: bool,
+    /// From the config file; flags override each key.
+    top: TopOpts,
 }
 
 fn load_config(opt: &Opt) -> Result<Config> {
@@ -152,6 +179,11 @@ fn load_config(opt: &Opt) -> Result<Config> {
             .unwrap_or_default(),
         cgroup_root,
         debug: opt.debug,
+        top: TopOpts {
+            cgroup_top: extra.cgroup_top,
+            cgroup_top_by: extra.cgroup_top_by,
+            cgroup_top_keep: extra.cgroup_top_keep,
+        },
     })
 }
 
@@ -192,11 +224,34 @@ fn tui_logger(log_dir: &Path, debug: bool) -> Result<slog::Logger> {
     ))
 }
 
+/// The top-N options: each flag, else its config key.
+fn top_n(cfg: &Config, flags: &TopOpts) -> Result<Option<bpf_stats::TopN>> {
+    let by = flags.cgroup_top_by.or(cfg.top.cgroup_top_by);
+    let keep = flags
+        .cgroup_top_keep
+        .as_ref()
+        .or(cfg.top.cgroup_top_keep.as_ref());
+    let Some(n) = flags.cgroup_top.or(cfg.top.cgroup_top) else {
+        if by.is_some() || keep.is_some() {
+            bail!("--cgroup-top-by and --cgroup-top-keep need --cgroup-top N");
+        }
+        return Ok(None);
+    };
+    Ok(Some(bpf_stats::TopN {
+        n,
+        by: by.unwrap_or_default(),
+        keep: keep
+            .map(|k| regex::Regex::new(k).context("Invalid --cgroup-top-keep"))
+            .transpose()?,
+    }))
+}
+
 /// `stream_interval`: the stream flush interval to set if streaming is off.
 fn cgroup_options(
     cfg: &Config,
     collect_io_stat: bool,
     stream_interval: Option<Duration>,
+    top: Option<bpf_stats::TopN>,
 ) -> Result<bpf_stats::Options> {
     bpf_stats::check_cgroup2_root(&cfg.cgroup_root)?;
     let filter = if cfg.below.cgroup_filter_out.is_empty() {
@@ -213,6 +268,7 @@ fn cgroup_options(
         collect_io_stat,
         filter,
         stream_interval,
+        top,
     })
 }
 
@@ -236,10 +292,11 @@ fn new_collector(
     interval: Duration,
     collect_io_stat: bool,
     disable_disk_stat: bool,
+    top: Option<bpf_stats::TopN>,
 ) -> Result<bstats_model::Collector> {
     let c = bstats_model::Collector::new(
         logger.clone(),
-        &cgroup_options(cfg, collect_io_stat, Some(interval))?,
+        &cgroup_options(cfg, collect_io_stat, Some(interval), top)?,
         below_options(cfg, disable_disk_stat),
     )?;
     info!(
@@ -285,6 +342,7 @@ fn record(logger: &slog::Logger, cfg: &Config, interval: Duration, args: RecordA
         interval,
         args.collect_io_stat,
         args.disable_disk_stat,
+        args.top,
     )?;
     let store_dir = &cfg.below.store_dir;
     let mut recorder = bstats_store::Recorder::new(
@@ -344,14 +402,20 @@ fn record(logger: &slog::Logger, cfg: &Config, interval: Duration, args: RecordA
                     logger,
                     "sample {} written; {}; process cpu ms {:.2}",
                     n,
-                    bstats_model::PhaseLog(&[
-                        ("below", c.rest),
-                        ("cgroups", c.cgroups),
-                        ("tree", c.tree),
-                        ("store", write),
-                        ("drop", free),
-                        ("idle", idle),
-                    ]),
+                    bstats_model::PhaseLog(
+                        &[
+                            ("below", c.rest),
+                            ("cgroups", c.cgroups),
+                            ("tree", c.tree),
+                            ("store", write),
+                            ("drop", free),
+                            ("idle", idle),
+                        ]
+                        .into_iter()
+                        // The BPF pass is part of "cgroups".
+                        .chain(c.pass.map(|p| ("pass", p)))
+                        .collect::<Vec<_>>()
+                    ),
                     (now - process).as_secs_f64() * 1e3,
                 );
                 process = now;
@@ -374,11 +438,12 @@ struct RecordArgs {
     count: Option<u64>,
     compress: bool,
     dict_chunk: Option<u32>,
+    top: Option<bpf_stats::TopN>,
 }
 
 fn backends(cfg: &Config, now: bool, json: bool) -> Result<()> {
     if now {
-        let c = bpf_stats::CgroupCollector::new(&cgroup_options(cfg, true, None)?)?;
+        let c = bpf_stats::CgroupCollector::new(&cgroup_options(cfg, true, None, None)?)?;
         if json {
             println!("{}", serde_json::to_string_pretty(c.plan())?);
         } else {
@@ -419,15 +484,19 @@ fn backends(cfg: &Config, now: bool, json: bool) -> Result<()> {
 fn run(opt: Opt) -> Result<()> {
     let cfg = load_config(&opt)?;
     let store_dir = cfg.below.store_dir.clone();
-    match opt.cmd.unwrap_or(Command::Live { interval_s: 5 }) {
-        Command::Live { interval_s } => {
+    match opt.cmd.unwrap_or(Command::Live {
+        interval_s: 5,
+        top: TopOpts::default(),
+    }) {
+        Command::Live { interval_s, top } => {
             let logger = tui_logger(&cfg.below.log_dir, cfg.debug)?;
+            let top = top_n(&cfg, &top)?;
             // Fail before the TUI starts if the root is unusable.
-            cgroup_options(&cfg, true, None)?;
+            cgroup_options(&cfg, true, None, None)?;
             let thread_logger = logger.clone();
             let interval = Duration::from_secs(interval_s);
             bstats_view::run_live(logger, store_dir, interval, move || {
-                let mut c = new_collector(&thread_logger, &cfg, interval, true, false)?;
+                let mut c = new_collector(&thread_logger, &cfg, interval, true, false, top)?;
                 Ok(move || c.collect_and_update_model().map(|(_, m)| m))
             })
         }
@@ -439,6 +508,7 @@ fn run(opt: Opt) -> Result<()> {
             disable_disk_stat,
             count,
             compress_opts,
+            top,
         } => record(
             &stderr_logger(cfg.debug),
             &cfg,
@@ -451,6 +521,7 @@ fn run(opt: Opt) -> Result<()> {
                 count,
                 compress: compress_opts.compress,
                 dict_chunk: compress_opts.dict_compress_chunk_size,
+                top: top_n(&cfg, &top)?,
             },
         ),
         Command::Replay { time, yesterdays } => {

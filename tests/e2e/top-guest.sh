@@ -1,0 +1,62 @@
+#!/bin/sh
+# Runs inside the 7.3 guest: `below record --cgroup-top 200` over 10,000
+# cgroups where 200 known ones burn CPU: the last stored sample must hold
+# exactly those 200, their ancestors, and the --cgroup-top-keep match.
+set -eu
+CG=/sys/fs/cgroup
+T=$CG/top-t
+mkdir "$T"
+grep -qw cpu $CG/cgroup.subtree_control && echo "+cpu" > "$T/cgroup.subtree_control"
+a=0
+while [ $a -lt 100 ]; do
+  mkdir "$T/g$a"
+  # 100 leaves per middle cgroup, one mkdir for all.
+  (cd "$T/g$a" && seq 0 99 | sed 's/^/c/' | xargs mkdir)
+  a=$((a + 1))
+done
+echo "created $(find "$T" -mindepth 1 -type d | wc -l) cgroups under top-t"
+# The busy set: 40 leaves in each of g3, g17, g42, g63, g88.
+busy=/tmp/busy
+: > $busy
+for g in 3 17 42 63 88; do
+  for c in $(seq 10 49); do echo "top-t/g$g/c$c" >> $busy; done
+done
+# Burners run SCHED_IDLE so the recorder is not starved (it measures CPU,
+# not wall time, but must get samples out).
+idle="chrt -i 0"
+$idle true 2>/dev/null || idle="nice -n 19"
+pids=
+while read -r p; do
+  $idle sh -c "echo \$\$ > $CG/$p/cgroup.procs; while :; do :; done" &
+  pids="$pids $!"
+done < $busy
+sleep 2
+/below --cgroup-backend "${1:-bpf}" --store-dir /tmp/s-top record --interval-s 1 --count 4 \
+  --cgroup-top 200 --cgroup-top-keep '^top-t/g99/c99$'
+# shellcheck disable=SC2086 # one word per pid
+kill $pids
+wait 2>/dev/null || true
+/below --store-dir /tmp/s-top dump cgroup --begin "5m ago" -O csv -f timestamp full_path > /tmp/top.csv
+last=$(tail -1 /tmp/top.csv | cut -d, -f1)
+grep "^$last," /tmp/top.csv | cut -d, -f2 | sed 's,^/,,' | grep '^top-t' | sort > /tmp/top-stored
+{
+  cat $busy
+  echo top-t
+  for g in 3 17 42 63 88 99; do echo "top-t/g$g"; done
+  echo top-t/g99/c99
+} | sort > /tmp/top-want
+echo "stored under top-t in the last sample: $(wc -l < /tmp/top-stored)"
+ok=1
+diff /tmp/top-want /tmp/top-stored > /tmp/top-diff || ok=0
+a=0
+while [ $a -lt 100 ]; do
+  seq 0 99 | sed "s,^,$T/g$a/c," | xargs rmdir && rmdir "$T/g$a"
+  a=$((a + 1))
+done
+rmdir "$T"
+if [ $ok = 0 ]; then
+  head -20 /tmp/top-diff
+  echo "FAIL: the stored sample is not the 200 busiest + ancestors + keep"
+  exit 1
+fi
+echo "top-N check passed: 200 busiest, their ancestors and the keep match stored"
