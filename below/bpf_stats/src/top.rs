@@ -66,6 +66,11 @@ impl TopBy {
         self != TopBy::Memory
     }
 
+    /// A parent's value sums its children's (pressure does not add up).
+    fn is_additive(self) -> bool {
+        self != TopBy::Pressure
+    }
+
     /// The value ranked on, from a sample (plain read, stream, and files
     /// the BPF record does not hold).
     pub(crate) fn value(self, s: &CgroupSample) -> Option<u64> {
@@ -126,6 +131,31 @@ impl Ranker {
             return v;
         }
         v.saturating_sub(self.prev.get(&id).copied().unwrap_or(0))
+    }
+
+    /// Which nodes to keep (see [`select`]), given each node's score this
+    /// pass. Additive values rank by the cgroup's own share (its value less
+    /// its children's): the busiest are where the work is, and a parent
+    /// that only sums them comes along as their ancestor without taking
+    /// one of the N places.
+    pub(crate) fn choose(
+        &self,
+        parents: &[Option<usize>],
+        mut scores: Vec<u64>,
+        always: &[bool],
+    ) -> Vec<bool> {
+        if self.top.by.is_additive() {
+            let mut children = vec![0u64; scores.len()];
+            for (i, p) in parents.iter().enumerate() {
+                if let Some(p) = *p {
+                    children[p] = children[p].saturating_add(scores[i]);
+                }
+            }
+            for (s, c) in scores.iter_mut().zip(children) {
+                *s = s.saturating_sub(c);
+            }
+        }
+        select(parents, &scores, always, self.top.n)
     }
 
     /// Forgets cgroups not seen this pass.
@@ -191,7 +221,7 @@ pub(crate) fn prune(ranker: &mut Ranker, snap: &mut Snapshot) {
             i > 0 && re.is_some_and(|re| re.is_match(&snap.path_of(i)))
         })
         .collect();
-    let keep = select(&parents, &scores, &always, ranker.top.n);
+    let keep = ranker.choose(&parents, scores, &always);
     snap.retain(&keep);
 }
 

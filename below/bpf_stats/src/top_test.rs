@@ -102,6 +102,28 @@ fn rates_are_against_the_previous_pass_of_every_cgroup() {
 }
 
 #[test]
+fn additive_values_rank_by_own_share() {
+    let parents = tree();
+    let none = [false; 7];
+    let r = |by| {
+        Ranker::new(TopN {
+            n: 1,
+            by,
+            keep: None,
+        })
+    };
+    // b (40) has all 40 of its own (b1: 0) and beats a1 (30); a (50) only
+    // sums a1 and a2 (20, all in a2x): its own share is 0.
+    let scores = vec![100, 50, 30, 20, 20, 40, 0];
+    assert_eq!(kept(&r(TopBy::Cpu).choose(&parents, scores.clone(), &none)), [0, 5]);
+    // Pressure does not add up: a (50) leads as reported.
+    assert_eq!(kept(&r(TopBy::Pressure).choose(&parents, scores, &none)), [0, 1]);
+    // b now only sums b1: the one place goes to a1, with a as its ancestor.
+    let scores = vec![100, 50, 30, 20, 20, 10, 10];
+    assert_eq!(kept(&r(TopBy::Cpu).choose(&parents, scores, &none)), [0, 1, 2]);
+}
+
+#[test]
 fn memory_ranks_by_level() {
     let mut r = Ranker::new(TopN {
         n: 1,

@@ -37,7 +37,6 @@ use crate::FileSet;
 use crate::Node;
 use crate::Snapshot;
 use crate::StatFile;
-use crate::top::select;
 use crate::top::Ranker;
 use crate::TopBy;
 
@@ -176,7 +175,7 @@ impl BpfBackend {
                     .iter()
                     .map(|&i| self.known[&records[i].id].always)
                     .collect();
-                Some(select(&self.parents, &scores, &always, rank.top.n))
+                Some(rank.choose(&self.parents, scores, &always))
             }
             _ => None,
         };
