@@ -83,7 +83,7 @@ pub fn recorders(b: &Binaries) -> Result<Vec<Recorder>> {
             plain.push(row(be, &format!("ours, {label}"), p, &a, ""));
         }
         // Top-N: the cost at many cgroups should be that of the N kept.
-        let a = [&["--debug", "--cgroup-top", "200"][..], &rec[..]].concat();
+        let a = [&["--debug"][..], &rec[..], &["--cgroup-top", "200"]].concat();
         plain.push(row("bpf-top200", "ours, BPF, --cgroup-top 200", p, &a, ""));
     }
     let me = std::env::current_exe()?;

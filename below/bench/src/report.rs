@@ -562,7 +562,11 @@ impl Report {
             let ph = |r: &BillRow, k: &str| r.phases.get(k).copied().unwrap_or(0.0);
             // The recorder's own pass, timed in the same samples as its
             // conversion (older builds: the floor's).
-            let pass = ours.phases.get("pass").copied().unwrap_or(ph(floor, "pass"));
+            let pass = ours
+                .phases
+                .get("pass")
+                .copied()
+                .unwrap_or(ph(floor, "pass"));
             let ours_part = ph(ours, "cgroups") - pass + ph(ours, "tree");
             let _ = writeln!(
                 out,

@@ -16,6 +16,7 @@ use crate::read::Walker;
 use crate::stream::Stale;
 use crate::stream::StreamRead;
 use crate::stream::Streams;
+use crate::top::Ranker;
 use crate::BackendChoice;
 use crate::BackendKind;
 use crate::FileError;
@@ -23,7 +24,6 @@ use crate::FileSet;
 use crate::Plan;
 use crate::Snapshot;
 use crate::StatFile;
-use crate::top::Ranker;
 use crate::TopN;
 
 #[derive(Clone, Debug)]
@@ -189,7 +189,10 @@ impl CgroupCollector {
     /// Thread CPU and wall time of the last sample's BPF pass (part of
     /// [`CgroupCollector::collect`]); None when it had none.
     pub fn last_pass(&self) -> Option<(Duration, Duration)> {
-        self.bpf.as_ref().filter(|_| self.passed).map(|b| b.last_pass)
+        self.bpf
+            .as_ref()
+            .filter(|_| self.passed)
+            .map(|b| b.last_pass)
     }
 
     pub fn read_counters(&self) -> ReadCounters {

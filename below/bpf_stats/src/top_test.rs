@@ -17,11 +17,17 @@ fn keeps_top_n_and_their_ancestors() {
     let scores = [1000, 1, 5, 2, 9, 0, 7];
     let none = [false; 7];
     // a2x (9) and b1 (7): their ancestors a2, a, b and the root come along.
-    assert_eq!(kept(&select(&parents, &scores, &none, 2)), [0, 1, 3, 4, 5, 6]);
+    assert_eq!(
+        kept(&select(&parents, &scores, &none, 2)),
+        [0, 1, 3, 4, 5, 6]
+    );
     // The root's score does not count: it is never ranked.
     assert_eq!(kept(&select(&parents, &scores, &none, 1)), [0, 1, 3, 4]);
     assert_eq!(kept(&select(&parents, &scores, &none, 0)), [0]);
-    assert_eq!(kept(&select(&parents, &scores, &none, 100)), [0, 1, 2, 3, 4, 5, 6]);
+    assert_eq!(
+        kept(&select(&parents, &scores, &none, 100)),
+        [0, 1, 2, 3, 4, 5, 6]
+    );
 }
 
 #[test]
@@ -38,7 +44,10 @@ fn always_kept_come_with_their_ancestors() {
     let scores = [0, 0, 0, 0, 0, 0, 50];
     let mut always = [false; 7];
     always[2] = true;
-    assert_eq!(kept(&select(&parents, &scores, &always, 1)), [0, 1, 2, 5, 6]);
+    assert_eq!(
+        kept(&select(&parents, &scores, &always, 1)),
+        [0, 1, 2, 5, 6]
+    );
 }
 
 #[test]
@@ -115,12 +124,21 @@ fn additive_values_rank_by_own_share() {
     // b (40) has all 40 of its own (b1: 0) and beats a1 (30); a (50) only
     // sums a1 and a2 (20, all in a2x): its own share is 0.
     let scores = vec![100, 50, 30, 20, 20, 40, 0];
-    assert_eq!(kept(&r(TopBy::Cpu).choose(&parents, scores.clone(), &none)), [0, 5]);
+    assert_eq!(
+        kept(&r(TopBy::Cpu).choose(&parents, scores.clone(), &none)),
+        [0, 5]
+    );
     // Pressure does not add up: a (50) leads as reported.
-    assert_eq!(kept(&r(TopBy::Pressure).choose(&parents, scores, &none)), [0, 1]);
+    assert_eq!(
+        kept(&r(TopBy::Pressure).choose(&parents, scores, &none)),
+        [0, 1]
+    );
     // b now only sums b1: the one place goes to a1, with a as its ancestor.
     let scores = vec![100, 50, 30, 20, 20, 10, 10];
-    assert_eq!(kept(&r(TopBy::Cpu).choose(&parents, scores, &none)), [0, 1, 2]);
+    assert_eq!(
+        kept(&r(TopBy::Cpu).choose(&parents, scores, &none)),
+        [0, 1, 2]
+    );
 }
 
 #[test]

@@ -199,7 +199,10 @@ impl Collector {
         // below's collector read the root's files; ours replace them.
         sample.cgroup = build_tree(snap);
         self.times = SampleTimes {
-            pass: self.cgroups.last_pass().map(|(cpu, wall)| Phase { cpu, wall }),
+            pass: self
+                .cgroups
+                .last_pass()
+                .map(|(cpu, wall)| Phase { cpu, wall }),
             rest,
             cgroups,
             tree: lap.lap(),

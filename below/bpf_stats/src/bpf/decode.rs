@@ -134,7 +134,7 @@ impl Decoder {
     pub(crate) fn rank_value(&self, r: &Record, by: TopBy) -> Option<u64> {
         let has = |flag| r.flags & flag != 0 && r.level != 0;
         match by {
-            TopBy::Cpu => has(HAS_BSTAT).then(|| r.usage_ns / 1000),
+            TopBy::Cpu => has(HAS_BSTAT).then_some(r.usage_ns / 1000),
             TopBy::Memory => has(HAS_MEMCG).then(|| r.mem_usage * self.page_size),
             TopBy::Pressure => has(HAS_PSI).then(|| {
                 let t = PsiRows::from_fn(|i| r.psi_total_ns[i] / 1000);

@@ -25,19 +25,19 @@ use anyhow::Context;
 use anyhow::Result;
 use regex::Regex;
 
+use self::contract::Record;
 use self::decode::Decoder;
 use self::decode::PrevCputime;
-use self::contract::Record;
 use self::load::Loaded;
 pub(crate) use self::probe::probe;
 use self::probe::Limits;
 use crate::read::RootText;
 use crate::read::Walker;
+use crate::top::Ranker;
 use crate::FileSet;
 use crate::Node;
 use crate::Snapshot;
 use crate::StatFile;
-use crate::top::Ranker;
 use crate::TopBy;
 
 pub(crate) struct BpfBackend {
@@ -182,8 +182,10 @@ impl BpfBackend {
         // Node index of each visible cgroup that is kept.
         let mut node_of = vec![usize::MAX; self.records.len()];
         let mut prev = std::mem::take(&mut self.prev_cputime);
-        snap.nodes
-            .reserve(keep.as_ref().map_or(self.records.len(), |k| k.iter().filter(|&&k| k).count()));
+        snap.nodes.reserve(
+            keep.as_ref()
+                .map_or(self.records.len(), |k| k.iter().filter(|&&k| k).count()),
+        );
         for (j, &i) in self.records.iter().enumerate() {
             if keep.as_ref().is_some_and(|k| !k[j]) {
                 snap.dropped += 1;
@@ -218,7 +220,11 @@ impl BpfBackend {
 
     /// What is fixed for the life of a cgroup (its parent is known).
     fn learn(&self, r: &Record, child: bool, need_paths: bool, keep: Option<&Regex>) -> Known {
-        let name = if child { decode::name(r) } else { String::new() };
+        let name = if child {
+            decode::name(r)
+        } else {
+            String::new()
+        };
         let path = match self.known.get(&r.parent_id) {
             Some(p) if child && need_paths && !p.path.is_empty() => format!("{}/{name}", p.path),
             _ if child && need_paths => name.clone(),
