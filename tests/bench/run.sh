@@ -15,7 +15,8 @@
 #             guest run (debian-7.3 unless --kernels; ~1 h under TCG). An
 #             upstream below main build in $BELOW_MAIN_BIN adds its rows.
 #   --soak    RSS of `below record` over 10 min at 5,000 cgroups with churn.
-#   -- ARGS   cgroup-bench arguments replacing the default set below.
+#   -- ARGS   cgroup-bench arguments replacing the default set below (the
+#             binaries are in the guest as /bin/below, /bin/below09).
 # Commas are cgroup-bench's list syntax; backticks in printf are markdown.
 # shellcheck disable=SC2054,SC2016
 set -euo pipefail

@@ -618,12 +618,12 @@ impl Report {
             let max = rss.iter().copied().fold(0.0, f64::max);
             let _ = writeln!(
                 out,
-                "\nRSS first {} MiB, last {} MiB, max {} MiB (last − first: {} MiB); peak \
-                 (VmHWM) {} MiB.",
+                "\nRSS first {} MiB, last {} MiB, max {} MiB (last − first: {:+.1} MiB); \
+                 peak (VmHWM) {} MiB.",
                 num(*first),
                 num(*last),
                 num(max),
-                format!("{:+.1}", last - first),
+                last - first,
                 num(r.peak_rss_kib as f64 / 1024.0),
             );
         }
