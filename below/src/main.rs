@@ -334,6 +334,14 @@ fn sleep_until(deadline: Instant) {
 
 fn record(logger: &slog::Logger, cfg: &Config, interval: Duration, args: RecordArgs) -> Result<()> {
     let mode = bstats_store::compression_mode(args.compress, args.dict_chunk)?;
+    if args
+        .top
+        .as_ref()
+        .is_some_and(|t| t.by == bpf_stats::TopBy::Io)
+        && !args.collect_io_stat
+    {
+        bail!("--cgroup-top-by io ranks by io.stat: it needs --collect-io-stat");
+    }
     // Probe and plan before touching the store: a forced backend the kernel
     // lacks must not leave an empty store behind.
     let mut collector = new_collector(
