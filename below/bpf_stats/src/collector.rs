@@ -165,7 +165,14 @@ impl CgroupCollector {
                     }
                 }
             }
-            None => self.walker.walk(read),
+            None => match self.ranker.as_mut() {
+                // Streams fill every walked cgroup: they prune afterwards.
+                Some(ranker) if streams.is_none() => {
+                    rank = false;
+                    crate::top::walk(&mut self.walker, ranker, read)
+                }
+                _ => self.walker.walk(read),
+            },
         };
         if let Some(st) = streams {
             read_streams(st, &mut self.walker, stream_files, &mut snap, &mut notes);

@@ -16,7 +16,10 @@ use regex::Regex;
 use serde::Deserialize;
 use serde::Serialize;
 
+use crate::read::Walker;
+use crate::FileSet;
 use crate::Snapshot;
+use crate::StatFile;
 
 /// What cgroups are ranked by (`--cgroup-top-by`, config `cgroup_top_by`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -69,6 +72,22 @@ impl TopBy {
     /// A parent's value sums its children's (pressure does not add up).
     fn is_additive(self) -> bool {
         self != TopBy::Pressure
+    }
+
+    /// The files the ranked value comes from.
+    pub(crate) fn files(self) -> FileSet {
+        let files: &[StatFile] = match self {
+            TopBy::Cpu => &[StatFile::CpuStat],
+            TopBy::Memory => &[StatFile::MemoryCurrent],
+            TopBy::Io => &[StatFile::IoStat],
+            // below keeps the three as one field.
+            TopBy::Pressure => &[
+                StatFile::CpuPressure,
+                StatFile::IoPressure,
+                StatFile::MemoryPressure,
+            ],
+        };
+        files.iter().copied().collect()
     }
 
     /// The value ranked on, from a sample (plain read, stream, and files
@@ -223,6 +242,20 @@ pub(crate) fn prune(ranker: &mut Ranker, snap: &mut Snapshot) {
         .collect();
     let keep = ranker.choose(&parents, scores, &always);
     snap.retain(&keep);
+}
+
+/// Plain read with top-N: the ranked file of every cgroup, then the other
+/// `files` of the kept ones only.
+pub(crate) fn walk(walker: &mut Walker, ranker: &mut Ranker, files: FileSet) -> Snapshot {
+    let key = ranker.top.by.files().intersection(files);
+    let mut snap = walker.walk(key);
+    prune(ranker, &mut snap);
+    let rest = files.difference(key);
+    for i in 0..snap.nodes.len() {
+        let path = snap.path_of(i);
+        walker.read_at(&path, rest, &mut snap.nodes[i].sample, &mut snap.errors);
+    }
+    snap
 }
 
 #[cfg(test)]
