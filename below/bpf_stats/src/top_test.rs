@@ -207,3 +207,52 @@ fn prune_keeps_the_busiest_since_the_last_pass_as_a_tree() {
     assert_eq!(names(&s), ["", "b", "b/b1"]);
     assert_eq!(s.nodes[2].parent, Some(1));
 }
+
+#[test]
+fn plain_read_reads_the_ranked_file_of_all_and_the_rest_of_the_kept() {
+    let t = tempfile::tempdir().unwrap();
+    let cg = |rel: &str, files: &[(&str, &str)]| {
+        let dir = t.path().join(rel);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("cgroup.controllers"), "cpu memory\n").unwrap();
+        for (name, text) in files {
+            std::fs::write(dir.join(name), text).unwrap();
+        }
+    };
+    cg("", &[("cpu.stat", "usage_usec 100\n")]);
+    cg(
+        "a",
+        &[
+            ("cpu.stat", "usage_usec 10\n"),
+            ("memory.current", "8192\n"),
+        ],
+    );
+    cg(
+        "a/b",
+        &[("cpu.stat", "usage_usec 8\n"), ("memory.current", "4096\n")],
+    );
+    cg(
+        "c",
+        &[("cpu.stat", "usage_usec 3\n"), ("memory.current", "1\n")],
+    );
+    let mut walker = Walker::new(t.path(), None).unwrap();
+    let mut r = Ranker::new(TopN {
+        n: 1,
+        by: TopBy::Cpu,
+        keep: None,
+    });
+    let files: FileSet = [StatFile::CpuStat, StatFile::MemoryCurrent]
+        .into_iter()
+        .collect();
+    let snap = walk(&mut walker, &mut r, files);
+    // b has 8 of its own, a 2 (10 less b's 8), c 3: b, with a as ancestor.
+    let paths: Vec<String> = (0..snap.nodes.len()).map(|i| snap.path_of(i)).collect();
+    assert_eq!(paths, ["", "a", "a/b"]);
+    assert_eq!(snap.dropped, 1);
+    assert_eq!(snap.nodes[2].sample.memory_current, Some(4096));
+    assert_eq!(snap.nodes[1].sample.memory_current, Some(8192));
+    assert!(snap.errors.is_empty(), "{:?}", snap.errors);
+    // cpu.stat of all four, memory.current of a and b only (the root has
+    // none; c's is never opened).
+    assert_eq!(walker.reader.counters.files_opened, 4 + 2);
+}
