@@ -2,9 +2,11 @@
 # Runs inside the 7.3 guest: `below record --cgroup-top 200` over 10,000
 # cgroups where 200 known ones burn CPU: the last stored sample must hold
 # exactly those 200, their ancestors, and the --cgroup-top-keep match.
+# Argument: the backend (bpf, read).
 set -eu
 CG=/sys/fs/cgroup
 T=$CG/top-t
+rm -rf /tmp/s-top
 mkdir "$T"
 grep -qw cpu $CG/cgroup.subtree_control && echo "+cpu" > "$T/cgroup.subtree_control"
 a=0
