@@ -58,6 +58,24 @@ struct Opt {
     cmd: Option<Command>,
 }
 
+/// Top-N: bounded cost with very many cgroups.
+#[derive(Debug, Default, clap::Args)]
+pub(crate) struct TopOpts {
+    /// Keep only the N cgroups with the highest rate since the previous
+    /// sample (plus their ancestors and --cgroup-top-keep matches); the
+    /// rest are counted, not stored. Config key: cgroup_top.
+    #[clap(long)]
+    cgroup_top: Option<usize>,
+    /// What --cgroup-top ranks by: cpu, memory, io or pressure [default:
+    /// cpu]. Config key: cgroup_top_by.
+    #[clap(long)]
+    cgroup_top_by: Option<bpf_stats::TopBy>,
+    /// With --cgroup-top: cgroups whose path (relative to the cgroup root)
+    /// matches this regex are always kept. Config key: cgroup_top_keep.
+    #[clap(long)]
+    cgroup_top_keep: Option<String>,
+}
+
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Display live system data (interactive) (default)
@@ -69,6 +87,8 @@ enum Command {
         disable_exitstats: bool,
         #[clap(flatten)]
         remote: Remote,
+        #[clap(flatten)]
+        top: TopOpts,
     },
     /// Record local system data (daemon mode)
     Record(record::RecordOpts),
@@ -157,6 +177,9 @@ struct ExtraConfig {
     listen: Option<std::net::SocketAddr>,
     #[serde(default)]
     metrics: bstats_metrics::Options,
+    cgroup_top: Option<usize>,
+    cgroup_top_by: Option<bpf_stats::TopBy>,
+    cgroup_top_keep: Option<String>,
 }
 
 struct Config {
@@ -166,6 +189,8 @@ struct Config {
     debug: bool,
     listen: Option<std::net::SocketAddr>,
     metrics: bstats_metrics::Options,
+    /// From the config file; flags override each key.
+    top: TopOpts,
 }
 
 fn load_config(opt: &Opt) -> Result<Config> {
@@ -193,6 +218,11 @@ fn load_config(opt: &Opt) -> Result<Config> {
         debug: opt.debug,
         listen: extra.listen,
         metrics: extra.metrics,
+        top: TopOpts {
+            cgroup_top: extra.cgroup_top,
+            cgroup_top_by: extra.cgroup_top_by,
+            cgroup_top_keep: extra.cgroup_top_keep,
+        },
     })
 }
 
@@ -234,10 +264,33 @@ fn tui_logger(log_dir: &Path, debug: bool) -> Result<slog::Logger> {
 }
 
 /// `stream_interval`: the stream flush interval to set if streaming is off.
+/// The top-N options: each flag, else its config key.
+fn top_n(cfg: &Config, flags: &TopOpts) -> Result<Option<bpf_stats::TopN>> {
+    let by = flags.cgroup_top_by.or(cfg.top.cgroup_top_by);
+    let keep = flags
+        .cgroup_top_keep
+        .as_ref()
+        .or(cfg.top.cgroup_top_keep.as_ref());
+    let Some(n) = flags.cgroup_top.or(cfg.top.cgroup_top) else {
+        if by.is_some() || keep.is_some() {
+            bail!("--cgroup-top-by and --cgroup-top-keep need --cgroup-top N");
+        }
+        return Ok(None);
+    };
+    Ok(Some(bpf_stats::TopN {
+        n,
+        by: by.unwrap_or_default(),
+        keep: keep
+            .map(|k| regex::Regex::new(k).context("Invalid --cgroup-top-keep"))
+            .transpose()?,
+    }))
+}
+
 fn cgroup_options(
     cfg: &Config,
     collect_io_stat: bool,
     stream_interval: Option<Duration>,
+    top: Option<bpf_stats::TopN>,
 ) -> Result<bpf_stats::Options> {
     bpf_stats::check_cgroup2_root(&cfg.cgroup_root)?;
     let filter = if cfg.below.cgroup_filter_out.is_empty() {
@@ -254,6 +307,7 @@ fn cgroup_options(
         collect_io_stat,
         filter,
         stream_interval,
+        top,
     })
 }
 
@@ -289,11 +343,12 @@ fn new_collector(
     cfg: &Config,
     interval: Duration,
     opts: CollectOpts,
+    top: Option<bpf_stats::TopN>,
 ) -> Result<(bstats_model::Collector, Option<bstats_exitstats::ExitStats>)> {
     let exit_data = Arc::default();
     let c = bstats_model::Collector::new(
         logger.clone(),
-        &cgroup_options(cfg, opts.collect_io_stat, Some(interval))?,
+        &cgroup_options(cfg, opts.collect_io_stat, Some(interval), top)?,
         below_options(cfg, opts, Arc::clone(&exit_data)),
     )?;
     info!(
@@ -316,7 +371,7 @@ fn kernel_release() -> String {
 
 fn backends(cfg: &Config, now: bool, json: bool) -> Result<()> {
     if now {
-        let c = bpf_stats::CgroupCollector::new(&cgroup_options(cfg, true, None)?)?;
+        let c = bpf_stats::CgroupCollector::new(&cgroup_options(cfg, true, None, None)?)?;
         if json {
             println!("{}", serde_json::to_string_pretty(c.plan())?);
         } else {
@@ -389,17 +444,20 @@ fn run(opt: Opt) -> Result<()> {
             host: None,
             port: None,
         },
+        top: TopOpts::default(),
     });
     match cmd {
         Command::Live {
             interval_s,
             disable_exitstats,
             remote,
+            top,
         } => {
             remote.refuse()?;
+            let top = top_n(&cfg, &top)?;
             let logger = tui_logger(&cfg.below.log_dir, cfg.debug)?;
             // Fail before the TUI starts if the root is unusable.
-            cgroup_options(&cfg, true, None)?;
+            cgroup_options(&cfg, true, None, None)?;
             let thread_logger = logger.clone();
             let interval = Duration::from_secs(interval_s);
             let opts = CollectOpts {
@@ -408,7 +466,7 @@ fn run(opt: Opt) -> Result<()> {
                 disable_exitstats,
             };
             bstats_view::run_live(logger, store_dir, interval, move || {
-                let (mut c, exits) = new_collector(&thread_logger, &cfg, interval, opts)?;
+                let (mut c, exits) = new_collector(&thread_logger, &cfg, interval, opts, top)?;
                 Ok(move || {
                     // Keeps exitstats running as long as the view samples.
                     let _running = &exits;

@@ -7,6 +7,7 @@ use std::time::Duration;
 use std::time::Instant;
 use std::time::SystemTime;
 
+use anyhow::bail;
 use anyhow::Context;
 use anyhow::Result;
 use slog::debug;
@@ -76,6 +77,8 @@ pub struct RecordOpts {
     /// Default: listen nowhere.
     #[clap(long, value_name = "ADDR")]
     pub listen: Option<std::net::SocketAddr>,
+    #[clap(flatten)]
+    pub top: crate::TopOpts,
 }
 
 static STOP: AtomicBool = AtomicBool::new(false);
@@ -118,6 +121,10 @@ pub fn record(logger: &slog::Logger, cfg: &Config, opts: RecordOpts) -> Result<(
             port
         );
     }
+    let top = crate::top_n(cfg, &opts.top)?;
+    if top.as_ref().is_some_and(|t| t.by == bpf_stats::TopBy::Io) && !opts.collect_io_stat {
+        bail!("--cgroup-top-by io ranks by io.stat: it needs --collect-io-stat");
+    }
     // Probe and plan before touching the store: a forced backend the kernel
     // lacks must not leave an empty store behind.
     // `_exits` is kept until recording ends: it fills the collector's exit_data.
@@ -130,6 +137,7 @@ pub fn record(logger: &slog::Logger, cfg: &Config, opts: RecordOpts) -> Result<(
             disable_disk_stat: opts.disable_disk_stat,
             disable_exitstats: opts.disable_exitstats,
         },
+        top,
     )?;
     // Before the store too: a port in use is a clear error, not an empty store.
     let exporter = match opts.listen.or(cfg.listen) {
@@ -208,15 +216,21 @@ pub fn record(logger: &slog::Logger, cfg: &Config, opts: RecordOpts) -> Result<(
                         logger,
                         "sample {} written; {}; process cpu ms {:.2}",
                         n,
-                        bstats_model::PhaseLog(&[
-                            ("below", c.rest),
-                            ("cgroups", c.cgroups),
-                            ("tree", c.tree),
-                            ("publish", publish),
-                            ("store", write),
-                            ("drop", free),
-                            ("idle", idle),
-                        ]),
+                        bstats_model::PhaseLog(
+                            &[
+                                ("below", c.rest),
+                                ("cgroups", c.cgroups),
+                                ("tree", c.tree),
+                                ("publish", publish),
+                                ("store", write),
+                                ("drop", free),
+                                ("idle", idle),
+                            ]
+                            .into_iter()
+                            // The BPF pass is part of "cgroups".
+                            .chain(c.pass.map(|p| ("pass", p)))
+                            .collect::<Vec<_>>()
+                        ),
                         (now - process).as_secs_f64() * 1e3,
                     );
                     process = now;

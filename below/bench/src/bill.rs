@@ -82,6 +82,9 @@ pub fn recorders(b: &Binaries) -> Result<Vec<Recorder>> {
             let a = [&["--debug", "--cgroup-backend", be][..], &rec[..]].concat();
             plain.push(row(be, &format!("ours, {label}"), p, &a, ""));
         }
+        // Top-N: the cost at many cgroups should be that of the N kept.
+        let a = [&["--debug"][..], &rec[..], &["--cgroup-top", "200"]].concat();
+        plain.push(row("bpf-top200", "ours, BPF, --cgroup-top 200", p, &a, ""));
     }
     let me = std::env::current_exe()?;
     plain.push(row(
@@ -469,6 +472,7 @@ pub fn record_floor(store_dir: &Path, root: &Path, compress: bool) -> Result<()>
             collect_io_stat: false,
             filter: None,
             stream_interval: None,
+            top: None,
         },
         model::CollectorOptions::default(),
     )?;
@@ -655,6 +659,8 @@ mod test {
                 "read-z",
                 "stream",
                 "stream-z",
+                "bpf-top200",
+                "bpf-top200-z",
                 "floor",
                 "floor-z"
             ]

@@ -105,6 +105,7 @@ impl Collector {
                     collect_io_stat: false,
                     filter: None,
                     stream_interval: Some(target.stream_interval),
+                    top: None,
                 })?))
             }
         })

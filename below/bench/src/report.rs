@@ -560,12 +560,18 @@ impl Report {
                 continue;
             };
             let ph = |r: &BillRow, k: &str| r.phases.get(k).copied().unwrap_or(0.0);
-            let pass = ph(floor, "pass");
+            // The recorder's own pass, timed in the same samples as its
+            // conversion (older builds: the floor's).
+            let pass = ours
+                .phases
+                .get("pass")
+                .copied()
+                .unwrap_or(ph(floor, "pass"));
             let ours_part = ph(ours, "cgroups") - pass + ph(ours, "tree");
             let _ = writeln!(
                 out,
                 "- {}: whole process {} ms per sample = {} the floor's {} ms; our part \
-                 (conversion = cgroups − the floor's pass, plus tree) {} ms = {} the pass \
+                 (conversion = cgroups − the pass, plus tree) {} ms = {} the pass \
                  ({} ms).",
                 ours.recorder,
                 num(ours.cpu_ms_per_sample),

@@ -16,6 +16,7 @@ use crate::read::Walker;
 use crate::stream::Stale;
 use crate::stream::StreamRead;
 use crate::stream::Streams;
+use crate::top::Ranker;
 use crate::BackendChoice;
 use crate::BackendKind;
 use crate::FileError;
@@ -23,6 +24,7 @@ use crate::FileSet;
 use crate::Plan;
 use crate::Snapshot;
 use crate::StatFile;
+use crate::TopN;
 
 #[derive(Clone, Debug)]
 pub struct Options {
@@ -36,6 +38,8 @@ pub struct Options {
     /// With the stream backend: the flush interval to set when streaming is
     /// off (`None`: use streams only if someone else turned them on).
     pub stream_interval: Option<Duration>,
+    /// Keep only the busiest cgroups each sample.
+    pub top: Option<TopN>,
 }
 
 pub struct CgroupCollector {
@@ -45,6 +49,9 @@ pub struct CgroupCollector {
     streams: Option<Streams>,
     /// Present when the plan gives it at least one file.
     bpf: Option<BpfBackend>,
+    ranker: Option<Ranker>,
+    /// Whether the last sample ran the BPF pass.
+    passed: bool,
 }
 
 impl CgroupCollector {
@@ -101,6 +108,8 @@ impl CgroupCollector {
             // Dropping unused streams turns off an interval we just set.
             streams: streams.ok().filter(|_| uses_streams),
             bpf,
+            ranker: opts.top.clone().map(Ranker::new),
+            passed: false,
         })
     }
 
@@ -136,11 +145,17 @@ impl CgroupCollector {
                 }
             }
         }
+        let mut rank = self.ranker.is_some();
+        self.passed = false;
         let mut snap = match &mut self.bpf {
             Some(bpf) => {
                 let files = self.plan.files_of(BackendKind::Bpf).intersection(self.want);
-                match bpf.collect(&mut self.walker, files, read) {
-                    Ok(snap) => snap,
+                match bpf.collect(&mut self.walker, files, read, self.ranker.as_mut()) {
+                    Ok((snap, still_rank)) => {
+                        rank = still_rank;
+                        self.passed = true;
+                        snap
+                    }
                     Err(e) => {
                         notes.push(format!(
                             "bpf backend: {:#}; plain read of {:?} this sample",
@@ -150,11 +165,23 @@ impl CgroupCollector {
                     }
                 }
             }
-            None => self.walker.walk(read),
+            None => match self.ranker.as_mut() {
+                // Streams fill every walked cgroup: they prune afterwards.
+                Some(ranker) if streams.is_none() => {
+                    rank = false;
+                    crate::top::walk(&mut self.walker, ranker, read)
+                }
+                _ => self.walker.walk(read),
+            },
         };
         if let Some(st) = streams {
             read_streams(st, &mut self.walker, stream_files, &mut snap, &mut notes);
             st.end_sample();
+        }
+        if let Some(ranker) = self.ranker.as_mut().filter(|_| rank) {
+            // Plain read and streams read every cgroup's files (the ranked
+            // value is among them); only the kept ones are stored.
+            crate::top::prune(ranker, &mut snap);
         }
         snap.notes.extend(notes);
         snap
@@ -164,6 +191,15 @@ impl CgroupCollector {
     /// two apart; `None` when no file is planned for BPF.
     pub fn bpf_pass(&mut self) -> Option<Result<u32>> {
         self.bpf.as_mut().map(|b| b.pass())
+    }
+
+    /// Thread CPU and wall time of the last sample's BPF pass (part of
+    /// [`CgroupCollector::collect`]); None when it had none.
+    pub fn last_pass(&self) -> Option<(Duration, Duration)> {
+        self.bpf
+            .as_ref()
+            .filter(|_| self.passed)
+            .map(|b| b.last_pass)
     }
 
     pub fn read_counters(&self) -> ReadCounters {

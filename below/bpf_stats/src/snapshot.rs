@@ -51,12 +51,32 @@ pub struct Snapshot {
     /// Things worth logging that are not file errors (a backend falling
     /// back for this sample, and why).
     pub notes: Vec<String>,
+    /// Cgroups left out by top-N this sample (counted, not stored).
+    pub dropped: usize,
 }
 
 impl Snapshot {
     /// Path of node `idx` relative to the root, e.g. "system.slice/foo.service".
     pub fn path_of(&self, idx: usize) -> String {
         Self::path_in(&self.nodes, idx)
+    }
+
+    /// Keeps the nodes with `keep[i]` (a kept node's parent must be kept).
+    pub(crate) fn retain(&mut self, keep: &[bool]) {
+        let mut new_idx = vec![usize::MAX; self.nodes.len()];
+        let mut next = 0;
+        let mut i = 0;
+        self.nodes.retain_mut(|n| {
+            let k = keep[i];
+            if k {
+                new_idx[i] = next;
+                next += 1;
+                n.parent = n.parent.map(|p| new_idx[p]);
+            }
+            i += 1;
+            k
+        });
+        self.dropped += i - next;
     }
 
     pub(crate) fn path_in(nodes: &[Node], idx: usize) -> String {

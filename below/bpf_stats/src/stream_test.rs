@@ -49,6 +49,7 @@ fn options(root: &Path, interval: Option<std::time::Duration>) -> Options {
         collect_io_stat: false,
         filter: None,
         stream_interval: interval,
+        top: None,
     }
 }
 

@@ -24,6 +24,7 @@ fn options(backend: BackendChoice) -> Option<Options> {
         collect_io_stat: false,
         filter: None,
         stream_interval: None,
+        top: None,
     })
 }
 

@@ -6,7 +6,6 @@
 //! (procfs, system, network), and its cgroup tree is replaced by the one
 //! built from our [`bpf_stats::Snapshot`].
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 use std::time::Instant;
 use std::time::SystemTime;
@@ -17,42 +16,46 @@ use bpf_stats::Snapshot;
 use model::CgroupSample;
 use model::Model;
 use model::Sample;
+use slog::debug;
 use slog::warn;
 
 /// Builds below's nested cgroup tree from a pre-order snapshot.
 pub fn build_tree(snap: Snapshot) -> CgroupSample {
     let mut nodes = snap.nodes;
-    for n in nodes.iter_mut() {
-        n.sample.children = Some(BTreeMap::new());
+    if nodes.is_empty() {
+        return CgroupSample::default();
     }
-    // Pre-order puts every descendant after its ancestors: popping from the
-    // end moves each cgroup into its parent only once its own subtree is
-    // complete.
-    while nodes.len() > 1 {
-        let n = nodes.pop().expect("len > 1");
-        let parent = n.parent.expect("only the root has no parent");
-        nodes[parent]
-            .sample
-            .children
-            .as_mut()
-            .expect("set above")
-            .insert(n.name, n.sample);
+    // Each node's children, sorted by name, as one range of `order`: a
+    // BTreeMap collected from sorted pairs is built in bulk, with no
+    // shifting of (large) samples inside its nodes as inserts would do.
+    let mut order: Vec<usize> = (1..nodes.len()).collect();
+    order.sort_unstable_by(|&a, &b| {
+        let (a, b) = (&nodes[a], &nodes[b]);
+        (a.parent, &a.name).cmp(&(b.parent, &b.name))
+    });
+    let mut start = vec![0; nodes.len() + 1];
+    for &i in &order {
+        start[nodes[i].parent.expect("only the root has no parent") + 1] += 1;
     }
-    nodes.pop().map(|n| n.sample).unwrap_or_default()
+    for p in 1..start.len() {
+        start[p] += start[p - 1];
+    }
+    // Pre-order puts every descendant after its ancestors: going backwards,
+    // each cgroup's subtree is complete when it moves into its parent.
+    for p in (0..nodes.len()).rev() {
+        let children = order[start[p]..start[p + 1]]
+            .iter()
+            .map(|&c| {
+                let n = &mut nodes[c];
+                (std::mem::take(&mut n.name), std::mem::take(&mut n.sample))
+            })
+            .collect();
+        nodes[p].sample.children = Some(children);
+    }
+    std::mem::take(&mut nodes[0].sample)
 }
 
-/// CPU time of the calling thread (user + system), from the thread CPU
-/// clock: exact, unlike tick-based rusage, and unlike wall time not
-/// inflated when the machine (or an emulated guest) is busy.
-pub fn thread_cpu_time() -> Duration {
-    // SAFETY: clock_gettime only writes the struct we pass.
-    let ts = unsafe {
-        let mut ts: libc::timespec = std::mem::zeroed();
-        libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts);
-        ts
-    };
-    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
-}
+pub use bpf_stats::thread_cpu_time;
 
 /// CPU time of the whole process (all threads), same clock family.
 pub fn process_cpu_time() -> Duration {
@@ -120,6 +123,8 @@ impl std::fmt::Display for PhaseLog<'_> {
 /// Where the time of one sample went.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct SampleTimes {
+    /// The BPF iterator pass, part of `cgroups` (None: no pass this sample).
+    pub pass: Option<Phase>,
     /// Our cgroup collector (iterator pass and decoding / file reads).
     pub cgroups: Phase,
     /// Turning the snapshot into below's tree.
@@ -183,9 +188,21 @@ impl Collector {
         let snap = self.cgroups.collect();
         let cgroups = lap.lap();
         self.report_errors(&snap);
+        if snap.dropped > 0 {
+            debug!(
+                self.logger,
+                "cgroup top-N: {} cgroups stored, {} left out",
+                snap.nodes.len(),
+                snap.dropped
+            );
+        }
         // below's collector read the root's files; ours replace them.
         sample.cgroup = build_tree(snap);
         self.times = SampleTimes {
+            pass: self
+                .cgroups
+                .last_pass()
+                .map(|(cpu, wall)| Phase { cpu, wall }),
             rest,
             cgroups,
             tree: lap.lap(),
@@ -229,6 +246,8 @@ impl Collector {
 
 #[cfg(test)]
 mod test {
+    use std::collections::BTreeMap;
+
     use bpf_stats::Node;
 
     use super::*;

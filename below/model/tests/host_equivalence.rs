@@ -48,6 +48,7 @@ fn ours(root: &Path) -> CgroupSample {
         collect_io_stat: true,
         filter: None,
         stream_interval: None,
+        top: None,
     })
     .unwrap();
     let snap = c.collect();

@@ -29,6 +29,7 @@ use super::contract::*;
 use super::probe::NumaLayout;
 use crate::FileSet;
 use crate::StatFile;
+use crate::TopBy;
 
 /// `PID_MAX_LIMIT + 1` on 64-bit: pids.max prints "max" at or above it.
 const PIDS_MAX: u64 = 4 * 1024 * 1024 + 1;
@@ -125,6 +126,22 @@ impl Decoder {
             self.memcg(r, files, &mut s);
         }
         s
+    }
+
+    /// The value top-N ranks `r` by, in the units of [`TopBy::value`];
+    /// `None` for what the record does not hold (io.stat) or the cgroup
+    /// does not have. The root is never ranked.
+    pub(crate) fn rank_value(&self, r: &Record, by: TopBy) -> Option<u64> {
+        let has = |flag| r.flags & flag != 0 && r.level != 0;
+        match by {
+            TopBy::Cpu => has(HAS_BSTAT).then_some(r.usage_ns / 1000),
+            TopBy::Memory => has(HAS_MEMCG).then(|| r.mem_usage * self.page_size),
+            TopBy::Pressure => has(HAS_PSI).then(|| {
+                let t = PsiRows::from_fn(|i| r.psi_total_ns[i] / 1000);
+                t.cpu_some + t.io_some + t.memory_some
+            }),
+            TopBy::Io => None,
+        }
     }
 
     fn cpuset(&self, r: &Record, files: FileSet, s: &mut CgroupSample) {

@@ -18,11 +18,14 @@ mod load;
 mod probe;
 
 use std::collections::HashMap;
+use std::time::Duration;
+use std::time::Instant;
 
 use anyhow::Context;
 use anyhow::Result;
 use regex::Regex;
 
+use self::contract::Record;
 use self::decode::Decoder;
 use self::decode::PrevCputime;
 use self::load::Loaded;
@@ -30,10 +33,12 @@ pub(crate) use self::probe::probe;
 use self::probe::Limits;
 use crate::read::RootText;
 use crate::read::Walker;
+use crate::top::Ranker;
 use crate::FileSet;
 use crate::Node;
 use crate::Snapshot;
 use crate::StatFile;
+use crate::TopBy;
 
 pub(crate) struct BpfBackend {
     loaded: Loaded,
@@ -41,9 +46,31 @@ pub(crate) struct BpfBackend {
     filter: Option<Regex>,
     root_text: Option<RootText>,
     prev_cputime: PrevCputime,
-    /// Reused per sample: cgroup id -> node index, node paths.
+    /// What never changes for a cgroup, by id (cgroup2 cannot rename or
+    /// move a cgroup): decoded and matched once, not every pass.
+    known: HashMap<u64, Known>,
+    /// Pass number, to forget cgroups that are gone.
+    pass: u64,
+    /// Reused per sample, indexed by visible cgroup: cgroup id -> index,
+    /// record index, parent index.
     ids: HashMap<u64, usize>,
-    paths: Vec<String>,
+    records: Vec<usize>,
+    parents: Vec<Option<usize>>,
+    /// Thread CPU and wall time of the last sample's pass.
+    pub(crate) last_pass: (Duration, Duration),
+}
+
+struct Known {
+    name: String,
+    /// Relative to the root; empty unless a filter, keep pattern or text
+    /// file needs it.
+    path: String,
+    /// Skipped with its subtree by the filter.
+    filtered: bool,
+    /// Matches the top-N always-keep pattern.
+    always: bool,
+    /// The last pass that saw it.
+    seen: u64,
 }
 
 impl BpfBackend {
@@ -54,8 +81,12 @@ impl BpfBackend {
             filter,
             root_text: None,
             prev_cputime: HashMap::new(),
+            known: HashMap::new(),
+            pass: 0,
             ids: HashMap::new(),
-            paths: Vec::new(),
+            records: Vec::new(),
+            parents: Vec::new(),
+            last_pass: Default::default(),
         }
     }
 
@@ -65,7 +96,10 @@ impl BpfBackend {
     }
 
     /// One sample: `bpf` files from the records, `text` files read as text
-    /// per cgroup (relative to `walker`'s root fd).
+    /// per cgroup (relative to `walker`'s root fd). With `top`, cgroups are
+    /// ranked over the records and only the selected ones decoded, unless
+    /// the ranked value is not in the record (io): then all are decoded
+    /// and the flag returned says the caller must still rank.
     ///
     /// Fails only when the pass cannot run (the caller reads text instead).
     pub(crate) fn collect(
@@ -73,8 +107,10 @@ impl BpfBackend {
         walker: &mut Walker,
         bpf: FileSet,
         text: FileSet,
-    ) -> Result<Snapshot> {
+        mut top: Option<&mut Ranker>,
+    ) -> Result<(Snapshot, bool)> {
         let mut snap = Snapshot::default();
+        let (cpu, wall) = (crate::thread_cpu_time(), Instant::now());
         let (n, memory_nodes) = loop {
             let pass = self.loaded.run()?;
             let n = pass.cgroups;
@@ -86,11 +122,7 @@ impl BpfBackend {
             self.loaded = Loaded::new(walker.root_fd(), cap, self.limits)
                 .with_context(|| format!("cannot grow the records map to {cap} cgroups"))?;
         };
-
-        let need_paths = self.filter.is_some() || !text.is_empty();
-        self.ids.clear();
-        self.paths.clear();
-        let mut prev = std::mem::take(&mut self.prev_cputime);
+        self.last_pass = (crate::thread_cpu_time() - cpu, wall.elapsed());
         let decoder = Decoder {
             cpus: self.limits.cpus,
             nodes: self.limits.nodes,
@@ -98,6 +130,12 @@ impl BpfBackend {
             page_size: load::page_size(),
             memory_nodes,
         };
+        let keep_re = top.as_ref().and_then(|t| t.top.keep.clone());
+        let need_paths = self.filter.is_some() || keep_re.is_some() || !text.is_empty();
+        self.pass += 1;
+        self.ids.clear();
+        self.records.clear();
+        self.parents.clear();
         let records = self.loaded.records(n);
         for (i, r) in records.iter().enumerate() {
             let parent = if i == 0 {
@@ -109,30 +147,53 @@ impl BpfBackend {
                     None => continue,
                 }
             };
-            let name = if i == 0 {
-                String::new()
-            } else {
-                decode::name(r)
-            };
-            let path = match parent {
-                Some(p) if need_paths => {
-                    let pp = &self.paths[p];
-                    if pp.is_empty() {
-                        name.clone()
-                    } else {
-                        format!("{pp}/{name}")
-                    }
-                }
-                _ => String::new(),
-            };
-            if parent.is_some() && self.filter.as_ref().is_some_and(|re| re.is_match(&path)) {
+            if !self.known.contains_key(&r.id) {
+                let k = self.learn(r, parent.is_some(), need_paths, keep_re.as_ref());
+                self.known.insert(r.id, k);
+            }
+            let k = self.known.get_mut(&r.id).expect("inserted above");
+            k.seen = self.pass;
+            if k.filtered {
                 continue;
             }
-            let idx = snap.nodes.len();
-            self.ids.insert(r.id, idx);
-            if need_paths {
-                self.paths.push(path);
+            self.ids.insert(r.id, self.records.len());
+            self.records.push(i);
+            self.parents.push(parent);
+        }
+        let by = top.as_ref().map(|t| t.top.by);
+        let keep = match top.as_deref_mut() {
+            Some(rank) if by != Some(TopBy::Io) => {
+                let by = rank.top.by;
+                let scores: Vec<u64> = self
+                    .records
+                    .iter()
+                    .map(|&i| rank.score(records[i].id, decoder.rank_value(&records[i], by)))
+                    .collect();
+                rank.end_pass();
+                let always: Vec<bool> = self
+                    .records
+                    .iter()
+                    .map(|&i| self.known[&records[i].id].always)
+                    .collect();
+                Some(rank.choose(&self.parents, scores, &always))
             }
+            _ => None,
+        };
+        // Node index of each visible cgroup that is kept.
+        let mut node_of = vec![usize::MAX; self.records.len()];
+        let mut prev = std::mem::take(&mut self.prev_cputime);
+        snap.nodes.reserve(
+            keep.as_ref()
+                .map_or(self.records.len(), |k| k.iter().filter(|&&k| k).count()),
+        );
+        for (j, &i) in self.records.iter().enumerate() {
+            if keep.as_ref().is_some_and(|k| !k[j]) {
+                snap.dropped += 1;
+                continue;
+            }
+            let r = &records[i];
+            let k = &self.known[&r.id];
+            node_of[j] = snap.nodes.len();
             let mut sample = decoder.sample(r, bpf, &mut prev);
             if r.level == 0 {
                 let root_text = self
@@ -141,18 +202,41 @@ impl BpfBackend {
                 root_text.fill(&mut sample, &mut snap.errors);
             }
             if !text.is_empty() {
-                walker.read_at(&self.paths[idx], text, &mut sample, &mut snap.errors);
+                walker.read_at(&k.path, text, &mut sample, &mut snap.errors);
             }
             snap.nodes.push(Node {
-                parent,
-                name,
+                parent: self.parents[j].map(|p| node_of[p]),
+                name: k.name.clone(),
                 sample,
             });
         }
-        // Keep cputime history only for cgroups that still exist.
+        // Keep history only for cgroups that still exist.
         prev.retain(|id, _| self.ids.contains_key(id));
         self.prev_cputime = prev;
-        Ok(snap)
+        let pass = self.pass;
+        self.known.retain(|_, k| k.seen == pass);
+        Ok((snap, top.is_some() && keep.is_none()))
+    }
+
+    /// What is fixed for the life of a cgroup (its parent is known).
+    fn learn(&self, r: &Record, child: bool, need_paths: bool, keep: Option<&Regex>) -> Known {
+        let name = if child {
+            decode::name(r)
+        } else {
+            String::new()
+        };
+        let path = match self.known.get(&r.parent_id) {
+            Some(p) if child && need_paths && !p.path.is_empty() => format!("{}/{name}", p.path),
+            _ if child && need_paths => name.clone(),
+            _ => String::new(),
+        };
+        Known {
+            filtered: child && self.filter.as_ref().is_some_and(|re| re.is_match(&path)),
+            always: child && keep.is_some_and(|re| re.is_match(&path)),
+            name,
+            path,
+            seen: 0,
+        }
     }
 }
 

@@ -88,6 +88,7 @@ fn options(root: &Path, backend: BackendChoice) -> Options {
         filter: None,
         // Turns kernel streaming on (if off) for the stream backend.
         stream_interval: Some(Duration::from_millis(100)),
+        top: None,
     }
 }
 
