@@ -9,11 +9,11 @@ use serde::Serialize;
 use crate::bench::CollectRow;
 use crate::bench::ParallelRow;
 use crate::bill::BillRow;
-use crate::bill::SoakResult;
 use crate::collectors::Kind;
 use crate::overhead;
 use crate::overhead::OverheadRow;
 use crate::probe;
+use crate::soak::SoakResult;
 use crate::stats::ratio;
 use crate::Args;
 
