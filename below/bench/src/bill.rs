@@ -262,16 +262,7 @@ impl Running {
 
     /// Fails with the recorder's last words if it exited.
     pub fn check_alive(&mut self) -> Result<()> {
-        if let Some(st) = self.child.try_wait()? {
-            let err = self.stderr();
-            let why = err
-                .lines()
-                .rev()
-                .find(|l| !l.trim().is_empty())
-                .unwrap_or("");
-            bail!("recorder exited ({st}): {why}");
-        }
-        Ok(())
+        crate::child::check_alive(&mut self.child, &self.dir.path().join("stderr"))
     }
 
     /// Waits until the store holds `n` samples.
@@ -299,18 +290,9 @@ impl Running {
         Ok(())
     }
 
-    /// SIGTERM (below finishes its sample), then SIGKILL after a while.
+    /// SIGTERM, then SIGKILL after a minute (a large sample may be late).
     fn stop(&mut self) {
-        // SAFETY: signalling our own child.
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
-        for _ in 0..600 {
-            if matches!(self.child.try_wait(), Ok(Some(_))) {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        crate::child::stop(&mut self.child, Duration::from_secs(60));
     }
 }
 

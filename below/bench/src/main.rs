@@ -5,6 +5,7 @@
 mod alloc;
 mod bench;
 mod bill;
+mod child;
 mod collectors;
 mod floor;
 mod overhead;
