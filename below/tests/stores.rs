@@ -239,21 +239,11 @@ fn debug_dump_store_and_convert_store() {
         "--dict-compress-chunk-size",
         "2",
     ]);
+    // `dump cgroup` of a store by ours.
     let dump = |store: &Path| {
-        let out = env.run(&[
-            "--store-dir",
-            store.to_str().unwrap(),
-            "dump",
-            "cgroup",
-            "-b",
-            &begin.to_string(),
-            "-e",
-            &end.to_string(),
-            "--everything",
-            "-O",
-            "json",
-        ]);
-        String::from_utf8(out.stdout).unwrap()
+        let run =
+            |a: &[&str]| env.run(&[&["--store-dir", store.to_str().unwrap()][..], a].concat());
+        dump_snapshot(&run, None, "cgroup", begin, end)
     };
     let original = dump(&env.store());
     assert!(rows(&original) >= 2, "{}", original);
