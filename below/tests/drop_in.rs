@@ -20,6 +20,11 @@ use common::stderr_of;
 use common::wait_until;
 use common::Env;
 
+/// Whether `below dump` shows `n` samples since `since` within `timeout`.
+fn wait_for_samples(env: &Env, since: u64, n: usize, timeout: Duration) -> bool {
+    wait_until(timeout, || sample_times(env, since, now_secs()).len() >= n)
+}
+
 /// A tmpfs mounted on `dir` (created), unmounted on drop.
 struct Tmpfs(PathBuf);
 
@@ -102,13 +107,7 @@ fn record_outlives_a_full_disk() {
         &["-i", "1", "--compress", "--dict-compress-chunk-size", "4"],
     );
     assert!(
-        wait_until(Duration::from_secs(30), || sample_times(
-            &env,
-            t_start,
-            now_secs()
-        )
-        .len()
-            >= 3),
+        wait_for_samples(&env, t_start, 3, Duration::from_secs(30)),
         "no samples before the disk filled:\n{}",
         rec.log()
     );
@@ -142,13 +141,7 @@ fn record_outlives_a_full_disk() {
     fs::remove_file(&filler).unwrap();
     let t_freed = now_secs();
     assert!(
-        wait_until(Duration::from_secs(20), || sample_times(
-            &env,
-            t_freed,
-            now_secs()
-        )
-        .len()
-            >= 2),
+        wait_for_samples(&env, t_freed, 2, Duration::from_secs(20)),
         "no samples after space came back:\n{}",
         rec.log()
     );

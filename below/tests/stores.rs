@@ -13,6 +13,7 @@ use std::time::Duration;
 mod common;
 
 use common::now_secs;
+use common::run_ok;
 use common::sample_times;
 use common::stderr_of;
 use common::wait_until;
@@ -69,14 +70,7 @@ impl Below09 {
     }
 
     fn run(&self, args: &[&str]) -> Output {
-        let out = self.below(args).output().unwrap();
-        assert!(
-            out.status.success(),
-            "below 0.9 {:?} failed: {}",
-            args,
-            stderr_of(&out)
-        );
-        out
+        run_ok(self.below(args), "below 0.9", args)
     }
 }
 

@@ -56,14 +56,7 @@ impl Env {
     }
 
     pub fn run(&self, args: &[&str]) -> Output {
-        let out = self.below(args).output().unwrap();
-        assert!(
-            out.status.success(),
-            "below {:?} failed: {}",
-            args,
-            stderr_of(&out)
-        );
-        out
+        run_ok(self.below(args), "below", args)
     }
 
     /// The shell command line for tmux.
@@ -78,6 +71,19 @@ impl Env {
         }
         s
     }
+}
+
+/// Runs `cmd` (`who` with `args`), asserting it succeeds.
+pub fn run_ok(mut cmd: Command, who: &str, args: &[&str]) -> Output {
+    let out = cmd.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{} {:?} failed: {}",
+        who,
+        args,
+        stderr_of(&out)
+    );
+    out
 }
 
 pub fn now_secs() -> u64 {
