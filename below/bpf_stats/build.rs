@@ -1,26 +1,14 @@
 //! Compiles the BPF cgroup iterator, generates its libbpf-rs skeleton (the
 //! record layout), and hands the tables of `cgroup_stats.h` to Rust.
 //!
-//! The BPF compiler is `$BPF_CLANG`, else `clang-19`, else `clang`: the
-//! vmlinux.h generated from 7.x BTF needs `-fms-extensions`, which clang
-//! accepts for the BPF target.
+//! The BPF compiler and its flags: bstats-bpf-build.
 
 use std::env;
 use std::fmt::Write as _;
 use std::path::PathBuf;
-use std::process::Command;
-
-use libbpf_cargo::SkeletonBuilder;
 
 const SRC: &str = "src/bpf/cgroup_stats.bpf.c";
 const HEADER: &str = "src/bpf/cgroup_stats.h";
-
-fn works(clang: &str) -> bool {
-    Command::new(clang)
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success())
-}
 
 /// The header without comments, continuation lines joined.
 fn logical_lines(text: &str) -> Vec<String> {
@@ -96,7 +84,6 @@ fn contract(header: &str) -> String {
 }
 
 fn main() {
-    println!("cargo:rerun-if-env-changed=BPF_CLANG");
     for f in [SRC, HEADER, "src/bpf/vmlinux.h"] {
         println!("cargo:rerun-if-changed={f}");
     }
@@ -105,25 +92,10 @@ fn main() {
     std::fs::write(out_dir.join("contract.rs"), contract(&header))
         .expect("writing the generated contract");
 
-    let clang = env::var("BPF_CLANG").ok().unwrap_or_else(|| {
-        ["clang-19", "clang"]
-            .into_iter()
-            .find(|c| works(c))
-            .unwrap_or("clang-19")
-            .to_owned()
-    });
-    SkeletonBuilder::new()
-        .source(SRC)
+    let clang = bstats_bpf_build::clang();
+    bstats_bpf_build::skeleton(SRC, &clang, &["src/bpf"])
         // Kept for the contract test, which reads its BTF.
         .obj(out_dir.join("cgroup_stats.bpf.o"))
-        .clang(&clang)
-        .clang_args([
-            "-Isrc/bpf",
-            "-fms-extensions",
-            "-Wno-microsoft-anon-tag",
-            "-Wall",
-            "-Werror",
-        ])
         .build_and_generate(out_dir.join("cgroup_stats.skel.rs"))
         .unwrap_or_else(|e| panic!("building {SRC} with {clang} failed: {e:#}"));
 }

@@ -1,8 +1,6 @@
-//! Host integration tests of what makes ours a drop-in for below 0.9:
-//! recording through a full disk, the skew warning, remote refusal, and
-//! snapshots that below 0.9 (built from crates.io by
-//! tests/reference/below09.sh) and ours read from each other. Needs root
-//! (tmpfs mounts).
+//! Host integration tests of what makes ours a drop-in for below 0.9 when
+//! recording: through a full disk, the skew warning, remote refusal. Needs
+//! root (tmpfs mounts). Snapshots and store tools are in stores.rs.
 
 use std::fs;
 use std::io::Write;
@@ -13,21 +11,18 @@ use std::process::Command;
 use std::process::Stdio;
 use std::time::Duration;
 use std::time::Instant;
-use std::time::SystemTime;
 
 mod common;
 
+use common::now_secs;
+use common::sample_times;
+use common::stderr_of;
+use common::wait_until;
 use common::Env;
 
-fn now_secs() -> u64 {
-    SystemTime::now()
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .unwrap()
-        .as_secs()
-}
-
-fn stderr_of(out: &std::process::Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
+/// Whether `below dump` shows `n` samples since `since` within `timeout`.
+fn wait_for_samples(env: &Env, since: u64, n: usize, timeout: Duration) -> bool {
+    wait_until(timeout, || sample_times(env, since, now_secs()).len() >= n)
 }
 
 /// A tmpfs mounted on `dir` (created), unmounted on drop.
@@ -101,51 +96,6 @@ impl Drop for Recording {
     }
 }
 
-/// Timestamps of the samples `below dump system` shows in [begin, end]
-/// (none if it finds none).
-fn sample_times(env: &Env, begin: u64, end: u64) -> Vec<u64> {
-    let out = env
-        .below(&[
-            "dump",
-            "system",
-            "-b",
-            &begin.to_string(),
-            "-e",
-            &end.to_string(),
-            "-f",
-            "timestamp",
-            "-O",
-            "csv",
-        ])
-        .output()
-        .unwrap();
-    if !out.status.success() {
-        assert!(
-            stderr_of(&out).contains("No initial sample"),
-            "{}",
-            stderr_of(&out)
-        );
-        return vec![];
-    }
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|l| l.trim().trim_end_matches(',').parse().ok())
-        // dump may start at the sample before `begin`.
-        .filter(|t| (begin..=end).contains(t))
-        .collect()
-}
-
-fn wait_until(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
-    let start = Instant::now();
-    while start.elapsed() < timeout {
-        if f() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(250));
-    }
-    f()
-}
-
 #[test]
 fn record_outlives_a_full_disk() {
     let env = Env::new();
@@ -157,13 +107,7 @@ fn record_outlives_a_full_disk() {
         &["-i", "1", "--compress", "--dict-compress-chunk-size", "4"],
     );
     assert!(
-        wait_until(Duration::from_secs(30), || sample_times(
-            &env,
-            t_start,
-            now_secs()
-        )
-        .len()
-            >= 3),
+        wait_for_samples(&env, t_start, 3, Duration::from_secs(30)),
         "no samples before the disk filled:\n{}",
         rec.log()
     );
@@ -197,13 +141,7 @@ fn record_outlives_a_full_disk() {
     fs::remove_file(&filler).unwrap();
     let t_freed = now_secs();
     assert!(
-        wait_until(Duration::from_secs(20), || sample_times(
-            &env,
-            t_freed,
-            now_secs()
-        )
-        .len()
-            >= 2),
+        wait_for_samples(&env, t_freed, 2, Duration::from_secs(20)),
         "no samples after space came back:\n{}",
         rec.log()
     );
@@ -288,239 +226,4 @@ fn remote_hosts_are_refused_like_below() {
         .status()
         .unwrap()
         .success());
-}
-
-/// below 0.9.0 from crates.io, with a private config of its own.
-struct Below09 {
-    bin: PathBuf,
-    conf: PathBuf,
-    store: PathBuf,
-    _dir: tempfile::TempDir,
-}
-
-impl Below09 {
-    fn new() -> Below09 {
-        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/reference/below09.sh");
-        let out = Command::new(script)
-            .stderr(Stdio::inherit())
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "tests/reference/below09.sh failed");
-        let bin = PathBuf::from(
-            String::from_utf8(out.stdout)
-                .unwrap()
-                .lines()
-                .last()
-                .unwrap(),
-        );
-        let dir = tempfile::tempdir().unwrap();
-        let conf = dir.path().join("below.conf");
-        let store = dir.path().join("store");
-        fs::write(
-            &conf,
-            format!(
-                "log_dir = {:?}\nstore_dir = {:?}\ncgroup_root = {:?}\n",
-                dir.path().join("log"),
-                store,
-                bpf_stats::find_cgroup2_mount().unwrap()
-            ),
-        )
-        .unwrap();
-        Below09 {
-            bin,
-            conf,
-            store,
-            _dir: dir,
-        }
-    }
-
-    fn below(&self, args: &[&str]) -> Command {
-        let mut c = Command::new(&self.bin);
-        c.arg("--config").arg(&self.conf).args(args);
-        c
-    }
-
-    fn run(&self, args: &[&str]) -> std::process::Output {
-        let out = self.below(args).output().unwrap();
-        assert!(
-            out.status.success(),
-            "below 0.9 {:?} failed: {}",
-            args,
-            stderr_of(&out)
-        );
-        out
-    }
-}
-
-/// `dump <kind>` of a snapshot (or, with None, of the store) over
-/// [begin, end], by `dumper`.
-fn dump_snapshot(
-    dumper: &dyn Fn(&[&str]) -> std::process::Output,
-    snapshot: Option<&Path>,
-    kind: &str,
-    begin: u64,
-    end: u64,
-) -> String {
-    let snapshot = snapshot.map(|s| s.to_str().unwrap());
-    let from = match &snapshot {
-        Some(s) => vec!["--snapshot", s],
-        None => vec![],
-    };
-    let out = dumper(
-        &[
-            &["dump"][..],
-            &from,
-            &[
-                kind,
-                "-b",
-                &begin.to_string(),
-                "-e",
-                &end.to_string(),
-                "--everything",
-                "-O",
-                "json",
-            ],
-        ]
-        .concat(),
-    );
-    String::from_utf8(out.stdout).unwrap()
-}
-
-/// The number of rows with a timestamp in a JSON dump.
-fn rows(json: &str) -> usize {
-    json.matches("\"Timestamp\"").count()
-}
-
-#[test]
-fn snapshots_interoperate_with_below_0_9() {
-    let b09 = Below09::new();
-    let env = Env::new();
-    let dir = env.dir();
-
-    // Ours records, ours snapshots, both dump.
-    let begin = now_secs();
-    env.run(&["record", "-i", "1", "--count", "4"]);
-    let end = now_secs();
-    let ours = dir.join("ours.snapshot");
-    env.run(&[
-        "snapshot",
-        "-b",
-        &begin.to_string(),
-        "-e",
-        &end.to_string(),
-        "-o",
-        ours.to_str().unwrap(),
-    ]);
-    for kind in ["system", "cgroup", "process"] {
-        let by_ours = dump_snapshot(&|a| env.run(a), Some(&ours), kind, begin, end);
-        let by_b09 = dump_snapshot(&|a| b09.run(a), Some(&ours), kind, begin, end);
-        assert!(rows(&by_ours) >= 3, "{} rows: {}", kind, by_ours);
-        assert_eq!(by_ours, by_b09, "dump {} of our snapshot differs", kind);
-        let store = dump_snapshot(&|a| env.run(a), None, kind, begin, end);
-        assert_eq!(by_ours, store, "dump {}: our snapshot != our store", kind);
-    }
-
-    // below 0.9 records (until stopped: it has no --count) and snapshots.
-    let begin = now_secs();
-    let mut rec = b09
-        .below(&["record", "-i", "1"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let enough = wait_until(Duration::from_secs(60), || {
-        fs::read_dir(&b09.store).is_ok_and(|d| {
-            d.filter_map(|e| e.ok())
-                .filter(|e| e.file_name().to_string_lossy().starts_with("index_"))
-                .any(|e| e.metadata().is_ok_and(|m| m.len() >= 4 * 32))
-        })
-    });
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(rec.id() as i32),
-        nix::sys::signal::Signal::SIGTERM,
-    )
-    .unwrap();
-    rec.wait().unwrap();
-    assert!(enough, "below 0.9 recorded fewer than 4 samples");
-    let end = now_secs();
-    let theirs = dir.join("theirs.snapshot");
-    b09.run(&[
-        "snapshot",
-        "-b",
-        &begin.to_string(),
-        "-e",
-        &end.to_string(),
-        "-o",
-        theirs.to_str().unwrap(),
-    ]);
-    for kind in ["system", "cgroup", "process"] {
-        let by_ours = dump_snapshot(&|a| env.run(a), Some(&theirs), kind, begin, end);
-        let by_b09 = dump_snapshot(&|a| b09.run(a), Some(&theirs), kind, begin, end);
-        assert!(rows(&by_b09) >= 3, "{} rows: {}", kind, by_b09);
-        assert_eq!(
-            by_ours, by_b09,
-            "dump {} of below 0.9's snapshot differs",
-            kind
-        );
-        let store = dump_snapshot(&|a| b09.run(a), None, kind, begin, end);
-        assert_eq!(
-            by_ours, store,
-            "dump {}: below 0.9's snapshot != its store",
-            kind
-        );
-    }
-}
-
-#[test]
-fn debug_dump_store_and_convert_store() {
-    let env = Env::new();
-    let begin = now_secs();
-    env.run(&["record", "-i", "1", "--count", "3"]);
-    let end = now_secs();
-    let times = sample_times(&env, begin, end);
-    assert!(times.len() >= 2, "{:?}", times);
-
-    let out = env.run(&["debug", "dump-store", "-t", &times[0].to_string(), "-j"]);
-    let frame: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert!(frame["sample"]["cgroup"].is_object(), "{}", frame);
-    let out = env
-        .below(&["debug", "dump-store", "-t", &(begin - 3600).to_string()])
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    assert!(stderr_of(&out).contains("Exact requested timestamp not found"));
-
-    let to = env.dir().join("converted");
-    env.run(&[
-        "debug",
-        "convert-store",
-        "-b",
-        &begin.to_string(),
-        "-e",
-        &end.to_string(),
-        "--to-store-dir",
-        to.to_str().unwrap(),
-        "--compress",
-        "--dict-compress-chunk-size",
-        "2",
-    ]);
-    let dump = |store: &Path| {
-        let out = env.run(&[
-            "--store-dir",
-            store.to_str().unwrap(),
-            "dump",
-            "cgroup",
-            "-b",
-            &begin.to_string(),
-            "-e",
-            &end.to_string(),
-            "--everything",
-            "-O",
-            "json",
-        ]);
-        String::from_utf8(out.stdout).unwrap()
-    };
-    let original = dump(&env.store());
-    assert!(rows(&original) >= 2, "{}", original);
-    assert_eq!(original, dump(&to), "the converted store dumps the same");
 }

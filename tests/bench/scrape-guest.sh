@@ -4,13 +4,11 @@
 # per-thread CPU from schedstat. Prints one table row.
 set -eu
 NCG=${1:-1000} SAMPLES=${2:-10} INTERVAL=${3:-2}
-ip link set lo up 2>/dev/null || ifconfig lo 127.0.0.1 up
-CG=/sys/fs/cgroup
+# shellcheck source=tests/vm/guest-lib.sh
+. /guest-lib.sh
+lo_up
 T=$CG/scrape-t
-mkdir "$T"
-for c in memory cpu io pids; do
-  grep -qw $c $CG/cgroup.subtree_control && echo "+$c" > "$T/cgroup.subtree_control"
-done
+cgroup_top "$T"
 for p in 1 2 3 4 5 6 7 8 9 10; do
   mkdir "$T/p$p"
   for c in memory cpu io pids; do grep -qw $c "$T/p$p/cgroup.controllers" && echo "+$c" > "$T/p$p/cgroup.subtree_control"; done

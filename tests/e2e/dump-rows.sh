@@ -15,3 +15,14 @@ last_rows() {
     $1 == top || $1 ~ /^(ra|rb|rc)$/ { for (i in drop) $i = ""; last[$1] = $0 }
     END { for (k in last) print last[k] }' OFS=, "$1" | sort
 }
+
+# same_rows A B [WHAT]: /tmp/rows-B (last_rows of /tmp/dump-B) holds the four
+# test cgroups and equals /tmp/rows-A; else says why and exits the script.
+# WHAT names B's store in the message (default B).
+same_rows() {
+  [ "$(wc -l < "/tmp/rows-$2")" -eq 4 ] || { echo "FAIL: expected 4 test cgroups in the $2 dump"; exit 1; }
+  if ! diff "/tmp/rows-$1" "/tmp/rows-$2"; then
+    head -1 "/tmp/dump-$2"
+    echo "FAIL: dump of the ${3:-$2} store differs from the $1 store"; exit 1
+  fi
+}

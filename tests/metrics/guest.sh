@@ -3,13 +3,11 @@
 # serves the test cgroups' memory.stat-backed series; what it serves has
 # every cgroup, the OpenMetrics content type and `# EOF`.
 set -eu
-ip link set lo up 2>/dev/null || ifconfig lo 127.0.0.1 up
-CG=/sys/fs/cgroup
+# shellcheck source=tests/vm/guest-lib.sh
+. /guest-lib.sh
+lo_up
 T=$CG/met-t
-mkdir "$T"
-for c in memory cpu io pids; do
-  grep -qw $c $CG/cgroup.subtree_control && echo "+$c" > "$T/cgroup.subtree_control"
-done
+cgroup_top "$T"
 for i in 1 2 3 4 5 6 7 8 9 10; do mkdir "$T/c$i"; done
 sh -c "echo \$\$ > $T/c1/cgroup.procs; dd if=/dev/zero of=/tmp/f bs=1M count=4 2>/dev/null; exec sleep 600" &
 /below --cgroup-backend bpf --store-dir /tmp/s record --interval-s 1 --listen 127.0.0.1:9749 2> /tmp/rec.log &

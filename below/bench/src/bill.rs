@@ -7,14 +7,11 @@
 //! write of a same-sized tree) to measure our part against.
 
 use std::collections::BTreeMap;
-use std::io::Read;
 use std::path::Path;
 use std::path::PathBuf;
 use std::process::Child;
 use std::process::Command;
 use std::process::Stdio;
-use std::sync::atomic::AtomicBool;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 use std::time::Instant;
 use std::time::SystemTime;
@@ -268,16 +265,7 @@ impl Running {
 
     /// Fails with the recorder's last words if it exited.
     pub fn check_alive(&mut self) -> Result<()> {
-        if let Some(st) = self.child.try_wait()? {
-            let err = self.stderr();
-            let why = err
-                .lines()
-                .rev()
-                .find(|l| !l.trim().is_empty())
-                .unwrap_or("");
-            bail!("recorder exited ({st}): {why}");
-        }
-        Ok(())
+        crate::child::check_alive(&mut self.child, &self.dir.path().join("stderr"))
     }
 
     /// Waits until the store holds `n` samples.
@@ -305,18 +293,9 @@ impl Running {
         Ok(())
     }
 
-    /// SIGTERM (below finishes its sample), then SIGKILL after a while.
+    /// SIGTERM, then SIGKILL after a minute (a large sample may be late).
     fn stop(&mut self) {
-        // SAFETY: signalling our own child.
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
-        for _ in 0..600 {
-            if matches!(self.child.try_wait(), Ok(Some(_))) {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        crate::child::stop(&mut self.child, Duration::from_secs(60));
     }
 }
 
@@ -444,181 +423,6 @@ fn measure_inner(
     )?
     .context("the store has no readable sample")?;
     row.cgroups_stored = count_cgroups(&frame.sample.cgroup);
-    Ok(())
-}
-
-/// The `__record-floor STORE ROOT [--compress]` mode: each second below's
-/// own collectors, the BPF iterator pass (no decoding, no tree) and the
-/// store write of a cgroup tree built once at start, so the written frames
-/// are as large as a real recorder's; timing lines as `record --debug`.
-pub fn record_floor(store_dir: &Path, root: &Path, compress: bool) -> Result<()> {
-    static STOP: AtomicBool = AtomicBool::new(false);
-    extern "C" fn on_term(_: libc::c_int) {
-        STOP.store(true, Ordering::SeqCst);
-    }
-    // SAFETY: the handler only stores to an atomic.
-    unsafe {
-        nix::sys::signal::signal(
-            nix::sys::signal::Signal::SIGTERM,
-            nix::sys::signal::SigHandler::Handler(on_term),
-        )
-    }?;
-    let logger = slog::Logger::root(slog::Discard, slog::o!());
-    let mut c = bstats_model::Collector::new(
-        logger.clone(),
-        &bpf_stats::Options {
-            root: root.to_path_buf(),
-            backend: bpf_stats::BackendChoice::Bpf,
-            collect_io_stat: false,
-            filter: None,
-            stream_interval: None,
-            top: None,
-        },
-        model::CollectorOptions::default(),
-    )?;
-    let mut tree = c.collect_sample()?.cgroup;
-    let mode = bstats_store::compression_mode(compress, None)?;
-    let mut w = bstats_store::Recorder::new(logger, store_dir, mode, None, None)?;
-    let start = Instant::now();
-    let mut lap = bstats_model::Lap::start();
-    let mut process = bstats_model::process_cpu_time();
-    for n in 0u32.. {
-        if STOP.load(Ordering::SeqCst) {
-            break;
-        }
-        let idle = lap.lap();
-        let t = SystemTime::now();
-        let mut sample = c.collect_below()?;
-        let below = lap.lap();
-        c.cgroups_mut()
-            .bpf_pass()
-            .context("no stat file is planned for BPF")??;
-        let pass = lap.lap();
-        sample.cgroup = std::mem::take(&mut tree);
-        let mut frame = store::DataFrame { sample };
-        anyhow::ensure!(w.put(t, &frame), "floor: store write failed (logged)");
-        let write = lap.lap();
-        tree = std::mem::take(&mut frame.sample.cgroup);
-        drop(frame);
-        let free = lap.lap();
-        let now = bstats_model::process_cpu_time();
-        eprintln!(
-            "sample {n} written; {}; process cpu ms {:.2}",
-            bstats_model::PhaseLog(&[
-                ("below", below),
-                ("pass", pass),
-                ("store", write),
-                ("drop", free),
-                ("idle", idle),
-            ]),
-            (now - process).as_secs_f64() * 1e3
-        );
-        process = now;
-        let next = start + Duration::from_secs(u64::from(n) + 1);
-        while !STOP.load(Ordering::SeqCst) && Instant::now() < next {
-            std::thread::sleep((next - Instant::now()).min(Duration::from_millis(100)));
-        }
-    }
-    Ok(())
-}
-
-/// The `__churn ROOT N PERIOD_MS` mode: a tree of N cgroups created,
-/// kept for PERIOD_MS, removed, again and again, until stdin closes.
-pub fn churn(root: &Path, n: usize, period: Duration) -> Result<()> {
-    static EOF: AtomicBool = AtomicBool::new(false);
-    std::thread::spawn(|| {
-        let _ = std::io::stdin().read_to_end(&mut Vec::new());
-        EOF.store(true, Ordering::SeqCst);
-    });
-    while !EOF.load(Ordering::SeqCst) {
-        let fx = crate::fixture::Fixture::create(root, n, 0, 0)?;
-        let end = Instant::now() + period;
-        while !EOF.load(Ordering::SeqCst) && Instant::now() < end {
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        drop(fx);
-    }
-    Ok(())
-}
-
-#[derive(Debug, Default, Clone, Serialize)]
-pub struct SoakPoint {
-    pub t_s: f64,
-    pub rss_kib: u64,
-    pub samples: u64,
-}
-
-#[derive(Debug, Default, Clone, Serialize)]
-pub struct SoakResult {
-    pub recorder: String,
-    pub command: String,
-    pub status: String,
-    pub churn_cgroups: usize,
-    pub churn_period_ms: u64,
-    pub points: Vec<SoakPoint>,
-    pub peak_rss_kib: u64,
-}
-
-pub struct SoakConfig {
-    pub secs: f64,
-    pub every: Duration,
-    pub churn: usize,
-    pub churn_period: Duration,
-    pub warmup: Duration,
-}
-
-/// Records with `r` for `cfg.secs` while another process churns cgroups,
-/// reading the recorder's RSS every `cfg.every`.
-pub fn soak(r: &Recorder, root: &Path, cfg: &SoakConfig) -> SoakResult {
-    let mut res = SoakResult {
-        recorder: r.name.clone(),
-        churn_cgroups: cfg.churn,
-        churn_period_ms: cfg.churn_period.as_millis() as u64,
-        ..Default::default()
-    };
-    match soak_inner(r, root, cfg, &mut res) {
-        Ok(()) => res.status = "ok".into(),
-        Err(e) => res.status = format!("n/a: {e:#}"),
-    }
-    res
-}
-
-fn soak_inner(r: &Recorder, root: &Path, cfg: &SoakConfig, res: &mut SoakResult) -> Result<()> {
-    let mut churn = Command::new(std::env::current_exe()?)
-        .arg("__churn")
-        .arg(root)
-        .arg(cfg.churn.to_string())
-        .arg(cfg.churn_period.as_millis().to_string())
-        .stdin(Stdio::piped())
-        .spawn()
-        .context("Failed to start the churn process")?;
-    let out = (|| -> Result<()> {
-        res.command = crate::report::sh_join(&r.argv);
-        let mut run = Running::start(r, root)?;
-        run.wait_for_samples(1, cfg.warmup)?;
-        let pid = run.child.id();
-        let t0 = Instant::now();
-        loop {
-            res.points.push(SoakPoint {
-                t_s: t0.elapsed().as_secs_f64(),
-                rss_kib: status_kib(pid, "VmRSS").context("no VmRSS")?,
-                samples: store_size(&run.store()).0,
-            });
-            eprintln!("cgroup-bench: soak {:?}", res.points.last());
-            if t0.elapsed().as_secs_f64() >= cfg.secs {
-                break;
-            }
-            run.watch(cfg.every)?;
-        }
-        res.peak_rss_kib = status_kib(pid, "VmHWM").unwrap_or(0);
-        Ok(())
-    })();
-    drop(churn.stdin.take());
-    let st = churn.wait()?;
-    out?;
-    if !st.success() {
-        bail!("the churn process failed: {st}");
-    }
     Ok(())
 }
 

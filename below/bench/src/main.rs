@@ -5,10 +5,13 @@
 mod alloc;
 mod bench;
 mod bill;
+mod child;
 mod collectors;
+mod floor;
 mod overhead;
 mod probe;
 mod report;
+mod soak;
 mod stats;
 
 use std::path::PathBuf;
@@ -176,11 +179,11 @@ fn main() -> Result<()> {
         }
         Some("__record-floor") if argv.len() == 4 || argv.len() == 5 => {
             let compress = argv.get(4).map(String::as_str) == Some("--compress");
-            return bill::record_floor(argv[2].as_ref(), argv[3].as_ref(), compress);
+            return floor::record_floor(argv[2].as_ref(), argv[3].as_ref(), compress);
         }
         Some("__churn") if argv.len() == 5 => {
             let period = std::time::Duration::from_millis(argv[4].parse()?);
-            return bill::churn(argv[2].as_ref(), argv[3].parse()?, period);
+            return soak::churn(argv[2].as_ref(), argv[3].parse()?, period);
         }
         _ => {}
     }
@@ -312,7 +315,7 @@ fn main() -> Result<()> {
                 .with_context(|| format!("no recorder {:?}", args.soak_recorder))?;
             let fx =
                 fixture::Fixture::create(&root, args.soak_cgroups, args.holders, args.hold_mb)?;
-            let cfg = bill::SoakConfig {
+            let cfg = soak::SoakConfig {
                 secs: args.soak_secs,
                 every: std::time::Duration::from_secs_f64(args.soak_every_s),
                 churn: args.soak_churn,
@@ -325,7 +328,7 @@ fn main() -> Result<()> {
                 r.name,
                 cfg.secs
             );
-            let res = bill::soak(r, &root, &cfg);
+            let res = soak::soak(r, &root, &cfg);
             rep.add_soak(&args, fx.created(), res);
             drop(fx);
             rep.print_last();

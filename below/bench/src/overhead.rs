@@ -145,32 +145,14 @@ impl Monitor {
         // Let it probe and take its first sample; a backend that cannot
         // run here exits with the reason.
         std::thread::sleep(Duration::from_millis(1500));
-        if let Some(st) = m.child.try_wait()? {
-            let err = std::fs::read_to_string(&m.stderr).unwrap_or_default();
-            let why = err
-                .lines()
-                .rev()
-                .find(|l| !l.trim().is_empty())
-                .unwrap_or("");
-            bail!("recorder exited ({st}): {why}");
-        }
+        crate::child::check_alive(&mut m.child, &m.stderr)?;
         Ok(m)
     }
 }
 
 impl Drop for Monitor {
     fn drop(&mut self) {
-        // SIGTERM lets below finish its frame; kill if it does not.
-        // SAFETY: signalling our own child.
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
-        for _ in 0..50 {
-            if matches!(self.child.try_wait(), Ok(Some(_))) {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        crate::child::stop(&mut self.child, Duration::from_secs(5));
     }
 }
 

@@ -140,6 +140,29 @@ macro_rules! mem_stat {
     };
 }
 
+/// A memory.stat field whose metric, help and below 0.9 name are its own
+/// name: `cgroup_memory_<f>`, "memory.stat <f>", `cgroup_mem_<f>_bytes`
+/// (gauges) or `cgroup_mem_<f> = rate` (counters).
+macro_rules! memory_stat {
+    (gauge $f:ident) => {
+        memory_stat!(Gauge, B, $f, "_bytes")
+    };
+    (counter $f:ident) => {
+        memory_stat!(Counter, N, $f, " = rate")
+    };
+    ($kind:ident, $unit:ident, $f:ident, $below:literal) => {
+        def(
+            MemoryStat,
+            concat!("cgroup_memory_", stringify!($f)),
+            $kind,
+            $unit,
+            concat!("memory.stat ", stringify!($f)),
+            concat!("cgroup_mem_", stringify!($f), $below),
+            Read::Cgroup(mem_stat!(c, $f)),
+        )
+    };
+}
+
 /// Every metric, in exposition order (one line per metric: a table).
 #[rustfmt::skip]
 pub static DEFS: &[Def] = &[
@@ -187,35 +210,35 @@ pub static DEFS: &[Def] = &[
         "cgroup_mem_events_oom_kill", Read::Cgroup(|c| u(c.memory_events.as_ref()?.oom_kill))),
     // memory.stat, the rest
     def(MemoryStat, "cgroup_memory_kernel_stack", Gauge, B, "memory.stat kernel_stack", "", Read::Cgroup(mem_stat!(c, kernel_stack))),
-    def(MemoryStat, "cgroup_memory_zswap", Gauge, B, "memory.stat zswap", "cgroup_mem_zswap_bytes", Read::Cgroup(mem_stat!(c, zswap))),
-    def(MemoryStat, "cgroup_memory_zswapped", Gauge, B, "memory.stat zswapped", "cgroup_mem_zswapped_bytes", Read::Cgroup(mem_stat!(c, zswapped))),
-    def(MemoryStat, "cgroup_memory_file_mapped", Gauge, B, "memory.stat file_mapped", "cgroup_mem_file_mapped_bytes", Read::Cgroup(mem_stat!(c, file_mapped))),
-    def(MemoryStat, "cgroup_memory_file_dirty", Gauge, B, "memory.stat file_dirty", "cgroup_mem_file_dirty_bytes", Read::Cgroup(mem_stat!(c, file_dirty))),
-    def(MemoryStat, "cgroup_memory_file_writeback", Gauge, B, "memory.stat file_writeback", "cgroup_mem_file_writeback_bytes", Read::Cgroup(mem_stat!(c, file_writeback))),
-    def(MemoryStat, "cgroup_memory_anon_thp", Gauge, B, "memory.stat anon_thp", "cgroup_mem_anon_thp_bytes", Read::Cgroup(mem_stat!(c, anon_thp))),
-    def(MemoryStat, "cgroup_memory_inactive_anon", Gauge, B, "memory.stat inactive_anon", "cgroup_mem_inactive_anon_bytes", Read::Cgroup(mem_stat!(c, inactive_anon))),
-    def(MemoryStat, "cgroup_memory_active_anon", Gauge, B, "memory.stat active_anon", "cgroup_mem_active_anon_bytes", Read::Cgroup(mem_stat!(c, active_anon))),
-    def(MemoryStat, "cgroup_memory_inactive_file", Gauge, B, "memory.stat inactive_file", "cgroup_mem_inactive_file_bytes", Read::Cgroup(mem_stat!(c, inactive_file))),
-    def(MemoryStat, "cgroup_memory_active_file", Gauge, B, "memory.stat active_file", "cgroup_mem_active_file_bytes", Read::Cgroup(mem_stat!(c, active_file))),
-    def(MemoryStat, "cgroup_memory_unevictable", Gauge, B, "memory.stat unevictable", "cgroup_mem_unevictable_bytes", Read::Cgroup(mem_stat!(c, unevictable))),
-    def(MemoryStat, "cgroup_memory_slab_reclaimable", Gauge, B, "memory.stat slab_reclaimable", "cgroup_mem_slab_reclaimable_bytes", Read::Cgroup(mem_stat!(c, slab_reclaimable))),
-    def(MemoryStat, "cgroup_memory_slab_unreclaimable", Gauge, B, "memory.stat slab_unreclaimable", "cgroup_mem_slab_unreclaimable_bytes", Read::Cgroup(mem_stat!(c, slab_unreclaimable))),
-    def(MemoryStat, "cgroup_memory_workingset_refault_anon", Counter, N, "memory.stat workingset_refault_anon", "cgroup_mem_workingset_refault_anon = rate", Read::Cgroup(mem_stat!(c, workingset_refault_anon))),
-    def(MemoryStat, "cgroup_memory_workingset_refault_file", Counter, N, "memory.stat workingset_refault_file", "cgroup_mem_workingset_refault_file = rate", Read::Cgroup(mem_stat!(c, workingset_refault_file))),
-    def(MemoryStat, "cgroup_memory_workingset_activate_anon", Counter, N, "memory.stat workingset_activate_anon", "cgroup_mem_workingset_activate_anon = rate", Read::Cgroup(mem_stat!(c, workingset_activate_anon))),
-    def(MemoryStat, "cgroup_memory_workingset_activate_file", Counter, N, "memory.stat workingset_activate_file", "cgroup_mem_workingset_activate_file = rate", Read::Cgroup(mem_stat!(c, workingset_activate_file))),
-    def(MemoryStat, "cgroup_memory_workingset_restore_anon", Counter, N, "memory.stat workingset_restore_anon", "cgroup_mem_workingset_restore_anon = rate", Read::Cgroup(mem_stat!(c, workingset_restore_anon))),
-    def(MemoryStat, "cgroup_memory_workingset_restore_file", Counter, N, "memory.stat workingset_restore_file", "cgroup_mem_workingset_restore_file = rate", Read::Cgroup(mem_stat!(c, workingset_restore_file))),
-    def(MemoryStat, "cgroup_memory_workingset_nodereclaim", Counter, N, "memory.stat workingset_nodereclaim", "cgroup_mem_workingset_nodereclaim = rate", Read::Cgroup(mem_stat!(c, workingset_nodereclaim))),
-    def(MemoryStat, "cgroup_memory_pgrefill", Counter, N, "memory.stat pgrefill", "cgroup_mem_pgrefill = rate", Read::Cgroup(mem_stat!(c, pgrefill))),
-    def(MemoryStat, "cgroup_memory_pgscan", Counter, N, "memory.stat pgscan", "cgroup_mem_pgscan = rate", Read::Cgroup(mem_stat!(c, pgscan))),
-    def(MemoryStat, "cgroup_memory_pgsteal", Counter, N, "memory.stat pgsteal", "cgroup_mem_pgsteal = rate", Read::Cgroup(mem_stat!(c, pgsteal))),
-    def(MemoryStat, "cgroup_memory_pgactivate", Counter, N, "memory.stat pgactivate", "cgroup_mem_pgactivate = rate", Read::Cgroup(mem_stat!(c, pgactivate))),
-    def(MemoryStat, "cgroup_memory_pgdeactivate", Counter, N, "memory.stat pgdeactivate", "cgroup_mem_pgdeactivate = rate", Read::Cgroup(mem_stat!(c, pgdeactivate))),
-    def(MemoryStat, "cgroup_memory_pglazyfree", Counter, N, "memory.stat pglazyfree", "cgroup_mem_pglazyfree = rate", Read::Cgroup(mem_stat!(c, pglazyfree))),
-    def(MemoryStat, "cgroup_memory_pglazyfreed", Counter, N, "memory.stat pglazyfreed", "cgroup_mem_pglazyfreed = rate", Read::Cgroup(mem_stat!(c, pglazyfreed))),
-    def(MemoryStat, "cgroup_memory_thp_fault_alloc", Counter, N, "memory.stat thp_fault_alloc", "cgroup_mem_thp_fault_alloc = rate", Read::Cgroup(mem_stat!(c, thp_fault_alloc))),
-    def(MemoryStat, "cgroup_memory_thp_collapse_alloc", Counter, N, "memory.stat thp_collapse_alloc", "cgroup_mem_thp_collapse_alloc = rate", Read::Cgroup(mem_stat!(c, thp_collapse_alloc))),
+    memory_stat!(gauge zswap),
+    memory_stat!(gauge zswapped),
+    memory_stat!(gauge file_mapped),
+    memory_stat!(gauge file_dirty),
+    memory_stat!(gauge file_writeback),
+    memory_stat!(gauge anon_thp),
+    memory_stat!(gauge inactive_anon),
+    memory_stat!(gauge active_anon),
+    memory_stat!(gauge inactive_file),
+    memory_stat!(gauge active_file),
+    memory_stat!(gauge unevictable),
+    memory_stat!(gauge slab_reclaimable),
+    memory_stat!(gauge slab_unreclaimable),
+    memory_stat!(counter workingset_refault_anon),
+    memory_stat!(counter workingset_refault_file),
+    memory_stat!(counter workingset_activate_anon),
+    memory_stat!(counter workingset_activate_file),
+    memory_stat!(counter workingset_restore_anon),
+    memory_stat!(counter workingset_restore_file),
+    memory_stat!(counter workingset_nodereclaim),
+    memory_stat!(counter pgrefill),
+    memory_stat!(counter pgscan),
+    memory_stat!(counter pgsteal),
+    memory_stat!(counter pgactivate),
+    memory_stat!(counter pgdeactivate),
+    memory_stat!(counter pglazyfree),
+    memory_stat!(counter pglazyfreed),
+    memory_stat!(counter thp_fault_alloc),
+    memory_stat!(counter thp_collapse_alloc),
     def(MemoryStat, "cgroup_memory_events_local_oom_kill", Counter, N, "memory.events.local oom_kill", "cgroup_mem_events_local_oom_kill", Read::Cgroup(|c| u(c.memory_events_local.as_ref()?.oom_kill))),
     // io.stat, per device
     def(Io, "cgroup_io_read", Counter, B, "Bytes read (io.stat rbytes)",

@@ -166,23 +166,15 @@ mod test {
 
     #[test]
     fn classifies_by_errno_in_chain() {
-        assert_eq!(
-            FailureKind::of(&io_error(libc::ENOSPC)),
-            FailureKind::NoSpace
-        );
-        assert_eq!(
-            FailureKind::of(&io_error(libc::EDQUOT)),
-            FailureKind::NoSpace
-        );
-        assert_eq!(FailureKind::of(&io_error(libc::EIO)), FailureKind::Io);
-        assert_eq!(
-            FailureKind::of(&io_error(libc::ENOENT)),
-            FailureKind::Vanished
-        );
-        assert_eq!(
-            FailureKind::of(&io_error(libc::EROFS)),
-            FailureKind::ReadOnly
-        );
+        for (errno, kind) in [
+            (libc::ENOSPC, FailureKind::NoSpace),
+            (libc::EDQUOT, FailureKind::NoSpace),
+            (libc::EIO, FailureKind::Io),
+            (libc::ENOENT, FailureKind::Vanished),
+            (libc::EROFS, FailureKind::ReadOnly),
+        ] {
+            assert_eq!(FailureKind::of(&io_error(errno)), kind, "errno {errno}");
+        }
         let nix = anyhow::Error::new(nix::errno::Errno::EWOULDBLOCK).context("flock");
         assert_eq!(FailureKind::of(&nix), FailureKind::Other);
         let nix = anyhow::Error::new(nix::errno::Errno::EACCES).context("open");

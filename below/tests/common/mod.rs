@@ -1,5 +1,5 @@
 //! What the host integration tests share: the binary under test and a
-//! private config.
+//! private config, and helpers to wait for and read what it recorded.
 #![allow(dead_code)] // each test crate uses its own part
 
 use std::fs;
@@ -7,6 +7,9 @@ use std::path::Path;
 use std::path::PathBuf;
 use std::process::Command;
 use std::process::Output;
+use std::time::Duration;
+use std::time::Instant;
+use std::time::SystemTime;
 
 pub const BELOW: &str = env!("CARGO_BIN_EXE_below");
 
@@ -53,14 +56,7 @@ impl Env {
     }
 
     pub fn run(&self, args: &[&str]) -> Output {
-        let out = self.below(args).output().unwrap();
-        assert!(
-            out.status.success(),
-            "below {:?} failed: {}",
-            args,
-            String::from_utf8_lossy(&out.stderr)
-        );
-        out
+        run_ok(self.below(args), "below", args)
     }
 
     /// The shell command line for tmux.
@@ -75,4 +71,73 @@ impl Env {
         }
         s
     }
+}
+
+/// Runs `cmd` (`who` with `args`), asserting it succeeds.
+pub fn run_ok(mut cmd: Command, who: &str, args: &[&str]) -> Output {
+    let out = cmd.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{} {:?} failed: {}",
+        who,
+        args,
+        stderr_of(&out)
+    );
+    out
+}
+
+pub fn now_secs() -> u64 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+}
+
+pub fn stderr_of(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// Timestamps of the samples `below dump system` shows in [begin, end]
+/// (none if it finds none).
+pub fn sample_times(env: &Env, begin: u64, end: u64) -> Vec<u64> {
+    let out = env
+        .below(&[
+            "dump",
+            "system",
+            "-b",
+            &begin.to_string(),
+            "-e",
+            &end.to_string(),
+            "-f",
+            "timestamp",
+            "-O",
+            "csv",
+        ])
+        .output()
+        .unwrap();
+    if !out.status.success() {
+        assert!(
+            stderr_of(&out).contains("No initial sample"),
+            "{}",
+            stderr_of(&out)
+        );
+        return vec![];
+    }
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.trim().trim_end_matches(',').parse().ok())
+        // dump may start at the sample before `begin`.
+        .filter(|t| (begin..=end).contains(t))
+        .collect()
+}
+
+pub fn wait_until(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let start = Instant::now();
+    while start.elapsed() < timeout {
+        if f() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    f()
 }

@@ -1,0 +1,87 @@
+//! The bill's floor recorder: what no cgroup collector can avoid, to
+//! measure ours against.
+
+use std::path::Path;
+use std::sync::atomic::AtomicBool;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+use std::time::Instant;
+use std::time::SystemTime;
+
+use anyhow::Context;
+use anyhow::Result;
+
+/// The `__record-floor STORE ROOT [--compress]` mode: each second below's
+/// own collectors, the BPF iterator pass (no decoding, no tree) and the
+/// store write of a cgroup tree built once at start, so the written frames
+/// are as large as a real recorder's; timing lines as `record --debug`.
+pub fn record_floor(store_dir: &Path, root: &Path, compress: bool) -> Result<()> {
+    static STOP: AtomicBool = AtomicBool::new(false);
+    extern "C" fn on_term(_: libc::c_int) {
+        STOP.store(true, Ordering::SeqCst);
+    }
+    // SAFETY: the handler only stores to an atomic.
+    unsafe {
+        nix::sys::signal::signal(
+            nix::sys::signal::Signal::SIGTERM,
+            nix::sys::signal::SigHandler::Handler(on_term),
+        )
+    }?;
+    let logger = slog::Logger::root(slog::Discard, slog::o!());
+    let mut c = bstats_model::Collector::new(
+        logger.clone(),
+        &bpf_stats::Options {
+            root: root.to_path_buf(),
+            backend: bpf_stats::BackendChoice::Bpf,
+            collect_io_stat: false,
+            filter: None,
+            stream_interval: None,
+            top: None,
+        },
+        model::CollectorOptions::default(),
+    )?;
+    let mut tree = c.collect_sample()?.cgroup;
+    let mode = bstats_store::compression_mode(compress, None)?;
+    let mut w = bstats_store::Recorder::new(logger, store_dir, mode, None, None)?;
+    let start = Instant::now();
+    let mut lap = bstats_model::Lap::start();
+    let mut process = bstats_model::process_cpu_time();
+    for n in 0u32.. {
+        if STOP.load(Ordering::SeqCst) {
+            break;
+        }
+        let idle = lap.lap();
+        let t = SystemTime::now();
+        let mut sample = c.collect_below()?;
+        let below = lap.lap();
+        c.cgroups_mut()
+            .bpf_pass()
+            .context("no stat file is planned for BPF")??;
+        let pass = lap.lap();
+        sample.cgroup = std::mem::take(&mut tree);
+        let mut frame = store::DataFrame { sample };
+        anyhow::ensure!(w.put(t, &frame), "floor: store write failed (logged)");
+        let write = lap.lap();
+        tree = std::mem::take(&mut frame.sample.cgroup);
+        drop(frame);
+        let free = lap.lap();
+        let now = bstats_model::process_cpu_time();
+        eprintln!(
+            "sample {n} written; {}; process cpu ms {:.2}",
+            bstats_model::PhaseLog(&[
+                ("below", below),
+                ("pass", pass),
+                ("store", write),
+                ("drop", free),
+                ("idle", idle),
+            ]),
+            (now - process).as_secs_f64() * 1e3
+        );
+        process = now;
+        let next = start + Duration::from_secs(u64::from(n) + 1);
+        while !STOP.load(Ordering::SeqCst) && Instant::now() < next {
+            std::thread::sleep((next - Instant::now()).min(Duration::from_millis(100)));
+        }
+    }
+    Ok(())
+}

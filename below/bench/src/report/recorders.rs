@@ -1,0 +1,174 @@
+//! The recorders' tables: the bill and the soak.
+
+use std::fmt::Write;
+
+use super::kib;
+use super::na_line;
+use super::num;
+use super::thousands;
+use super::times;
+use super::BillSection;
+use super::Report;
+use super::SoakSection;
+use crate::bill::BillRow;
+use crate::stats::ratio;
+
+impl Report {
+    pub(super) fn bill_md(&self, s: &BillSection) -> String {
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "### The bill: `below record -i 1`, {} cgroups, kernel {}\n\nReproduce: `{}`\n\n\
+             One recorder at a time on the same tree, each measured over {} s once it has \
+             written two samples. CPU: utime + stime of the whole process over the window ÷ \
+             samples it wrote in it; store: data bytes ÷ samples stored; ratio: below 0.9's \
+             CPU per sample (same compression) ÷ this row's.\n\n\
+             | recorder | CPU ms / written sample | below 0.9 ÷ this | written / expected \
+             | store KiB / sample | peak RSS MiB | cgroups stored |\n\
+             |---|--:|--:|--:|--:|--:|--:|",
+            thousands(s.cgroups_created),
+            self.kernel,
+            s.reproduce,
+            s.window_s,
+        );
+        let below09 = |z: bool| {
+            s.rows
+                .iter()
+                .find(|r| r.ok() && r.key == if z { "below09-z" } else { "below09" })
+        };
+        for r in &s.rows {
+            if !r.ok() {
+                na_line(&mut out, &r.recorder, &r.status, 7);
+                continue;
+            }
+            let base = below09(r.key.ends_with("-z"));
+            let _ = writeln!(
+                out,
+                "| {} | {} | {} | {} / {} | {} | {} | {} |",
+                r.recorder,
+                num(r.cpu_ms_per_sample),
+                times(base.and_then(|b| ratio(b.cpu_ms_per_sample, r.cpu_ms_per_sample))),
+                r.written,
+                r.expected,
+                kib(r.store_bytes_per_sample),
+                num(r.peak_rss_kib as f64 / 1024.0),
+                thousands(r.cgroups_stored),
+            );
+        }
+        let _ = writeln!(
+            out,
+            "\nWhere a sample's CPU goes (thread CPU ms per sample, mean over the run's \
+             samples but the first, from the recorders' per-sample timing lines; cgroups = \
+             the pass plus decoding into below's samples (for plain read: reading and \
+             parsing the files); loop = sleeping and logging; unaccounted = the whole \
+             process's CPU per loop − the phases):\n\n\
+             | recorder | below's collectors | BPF pass | cgroups | tree | store write | drop \
+             | loop | process | unaccounted |\n\
+             |---|--:|--:|--:|--:|--:|--:|--:|--:|--:|"
+        );
+        let phases = ["below", "pass", "cgroups", "tree", "store", "drop", "idle"];
+        for r in s.rows.iter().filter(|r| r.ok() && !r.phases.is_empty()) {
+            let p = |k: &str| r.phases.get(k).copied();
+            let cell = |k: &str| p(k).map_or("—".into(), num);
+            let sum: f64 = phases.iter().filter_map(|k| p(k)).sum();
+            let _ = write!(out, "| {} |", r.recorder);
+            for k in phases.iter().chain(&["process"]) {
+                let _ = write!(out, " {} |", cell(k));
+            }
+            let _ = writeln!(
+                out,
+                " {} |",
+                p("process").map_or("—".into(), |t| num(t - sum))
+            );
+        }
+        let _ = writeln!(
+            out,
+            "\nWhole-process CPU ms per written sample by thread (from /proc/<pid>/task over \
+             the window):\n"
+        );
+        for r in s.rows.iter().filter(|r| r.ok()) {
+            let th: Vec<String> = r
+                .threads
+                .iter()
+                .filter(|(_, v)| **v > 0.0)
+                .map(|(k, v)| format!("{k} {}", num(*v)))
+                .collect();
+            let _ = writeln!(out, "- {}: {}", r.recorder, th.join(", "));
+        }
+        let _ = writeln!(out);
+        for z in ["", "-z"] {
+            let get = |k: &str| s.rows.iter().find(|r| r.ok() && r.key == format!("{k}{z}"));
+            let (Some(ours), Some(floor)) = (get("bpf"), get("floor")) else {
+                continue;
+            };
+            let ph = |r: &BillRow, k: &str| r.phases.get(k).copied().unwrap_or(0.0);
+            // The recorder's own pass, timed in the same samples as its
+            // conversion (older builds: the floor's).
+            let pass = ours
+                .phases
+                .get("pass")
+                .copied()
+                .unwrap_or(ph(floor, "pass"));
+            let ours_part = ph(ours, "cgroups") - pass + ph(ours, "tree");
+            let _ = writeln!(
+                out,
+                "- {}: whole process {} ms per sample = {} the floor's {} ms; our part \
+                 (conversion = cgroups − the pass, plus tree) {} ms = {} the pass \
+                 ({} ms).",
+                ours.recorder,
+                num(ours.cpu_ms_per_sample),
+                times(ratio(ours.cpu_ms_per_sample, floor.cpu_ms_per_sample)),
+                num(floor.cpu_ms_per_sample),
+                num(ours_part),
+                times(ratio(ours_part, pass)),
+                num(pass),
+            );
+        }
+        out
+    }
+
+    pub(super) fn soak_md(&self, s: &SoakSection) -> String {
+        let r = &s.result;
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "### Soak: RSS of `{}` at {} cgroups with churn, kernel {}\n\nReproduce: `{}`\n\n\
+             {} cgroups removed and created again every {} ms by another process while \
+             recording; RSS read from /proc every reading:\n",
+            r.recorder,
+            thousands(s.cgroups_created),
+            self.kernel,
+            s.reproduce,
+            r.churn_cgroups,
+            r.churn_period_ms,
+        );
+        if r.status != "ok" {
+            let _ = writeln!(out, "{}\n", r.status);
+        }
+        let _ = writeln!(out, "| t s | RSS MiB | samples stored |\n|--:|--:|--:|");
+        for p in &r.points {
+            let _ = writeln!(
+                out,
+                "| {:.0} | {} | {} |",
+                p.t_s,
+                num(p.rss_kib as f64 / 1024.0),
+                p.samples
+            );
+        }
+        let rss: Vec<f64> = r.points.iter().map(|p| p.rss_kib as f64 / 1024.0).collect();
+        if let (Some(first), Some(last)) = (rss.first(), rss.last()) {
+            let max = rss.iter().copied().fold(0.0, f64::max);
+            let _ = writeln!(
+                out,
+                "\nRSS first {} MiB, last {} MiB, max {} MiB (last − first: {:+.1} MiB); \
+                 peak (VmHWM) {} MiB.",
+                num(*first),
+                num(*last),
+                num(max),
+                last - first,
+                num(r.peak_rss_kib as f64 / 1024.0),
+            );
+        }
+        out
+    }
+}

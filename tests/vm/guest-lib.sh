@@ -1,0 +1,19 @@
+# shellcheck shell=sh
+# For guest scripts (busybox sh): the loopback up and a test cgroup with the
+# guest's controllers. Source it; do not run it.
+
+CG=/sys/fs/cgroup
+
+# lo_up: loopback up, for a server on 127.0.0.1.
+lo_up() {
+  ip link set lo up 2>/dev/null || ifconfig lo 127.0.0.1 up
+}
+
+# cgroup_top DIR: creates DIR and enables for its children each of memory,
+# cpu, io, pids that $CG enables.
+cgroup_top() {
+  mkdir "$1"
+  for c in memory cpu io pids; do
+    if grep -qw $c $CG/cgroup.subtree_control; then echo "+$c" > "$1/cgroup.subtree_control"; fi
+  done
+}
