@@ -123,36 +123,80 @@ fn label(out: &mut String, name: &str, value: &str) {
     out.push('"');
 }
 
-/// The series admitted so far, per exported metric, in exposition order.
-struct Admit {
-    /// Exported metrics: definition, static text, series lines.
-    families: Vec<(&'static Def, &'static Family, String)>,
-    budget: usize,
-    dropped: u64,
+/// Appends one series line: `labels` is the text between the braces,
+/// already escaped ("" for none).
+fn push_series(out: &mut String, sample: &str, labels: &str, val: Val) {
+    out.push_str(sample);
+    if !labels.is_empty() {
+        out.push('{');
+        out.push_str(labels);
+        out.push('}');
+    }
+    out.push(' ');
+    match val {
+        Val::U(v) => out.push_str(itoa::Buffer::new().format(v)),
+        Val::F(v) => out.push_str(dtoa::Buffer::new().format(v)),
+    }
+    out.push('\n');
 }
 
-impl Admit {
-    /// One series of metric `i`: `labels` is the label text between the
-    /// braces, already escaped ("" for none).
-    fn push(&mut self, i: usize, labels: &str, val: Val) {
-        if self.budget == 0 {
-            self.dropped += 1;
-            return;
+/// The most [`push_series`] adds beyond the name and labels: braces, space,
+/// newline and the longest number itoa or dtoa writes.
+const SERIES_SLACK: usize = 4 + 24;
+
+/// Where series come from: the host (no cgroup) or one cgroup.
+struct Source<'a> {
+    cgroup: Option<&'a model::CgroupSample>,
+    /// `cgroup="…"`, escaped; "" for the host.
+    labels: String,
+    /// Its series admitted and not yet written: all of them, or the first
+    /// few where the cap falls.
+    left: usize,
+}
+
+/// Calls `f` with the label text and value of each series metric `def` has
+/// from `cgroup` (host-wide metrics from `None`); `buf` holds labels made
+/// per series.
+fn for_each_series(
+    def: &Def,
+    sys: &System,
+    cgroup: Option<&model::CgroupSample>,
+    labels: &str,
+    buf: &mut String,
+    mut f: impl FnMut(&str, Val),
+) {
+    match (&def.read, cgroup) {
+        (Read::System(get), None) => {
+            if let Some(v) = get(sys) {
+                f("", v)
+            }
         }
-        self.budget -= 1;
-        let (_, fam, out) = &mut self.families[i];
-        out.push_str(&fam.sample);
-        if !labels.is_empty() {
-            out.push('{');
-            out.push_str(labels);
-            out.push('}');
+        (Read::CpuModes, None) => {
+            for (mode, get) in CPU_MODES {
+                if let Some(v) = sys.stat.total_cpu.as_ref().and_then(get) {
+                    buf.clear();
+                    label(buf, "mode", mode);
+                    f(buf, Val::F(v as f64 / 1e6));
+                }
+            }
         }
-        out.push(' ');
-        match val {
-            Val::U(v) => out.push_str(itoa::Buffer::new().format(v)),
-            Val::F(v) => out.push_str(dtoa::Buffer::new().format(v)),
+        (Read::Cgroup(get), Some(cg)) => {
+            if let Some(v) = get(cg) {
+                f(labels, v)
+            }
         }
-        out.push('\n');
+        (Read::Device(get), Some(cg)) => {
+            for (dev, st) in cg.io_stat.iter().flatten() {
+                if let Some(v) = get(st) {
+                    buf.clear();
+                    buf.push_str(labels);
+                    buf.push(',');
+                    label(buf, "device", dev);
+                    f(buf, Val::U(v));
+                }
+            }
+        }
+        _ => {}
     }
 }
 
@@ -164,45 +208,45 @@ fn child_path(parent: &str, name: &str) -> String {
     }
 }
 
-pub(crate) fn render(snap: &Snapshot, f: &Filters, dropped_total: &AtomicU64) -> Rendered {
-    let fams = families();
-    let mut a = Admit {
-        families: DEFS
-            .iter()
-            .zip(fams)
-            .filter(|(d, _)| f.groups.contains(&d.group))
-            .map(|(d, fam)| (d, fam, String::new()))
-            .collect(),
-        budget: f.max_series - OWN_SERIES,
-        dropped: 0,
-    };
+/// Renders in two passes so the text is written once, in place: the first
+/// admits series (host-wide first, then cgroups breadth-first, so the cap
+/// cuts the deepest cgroups) and sizes the buffer; the second writes each
+/// metric's series from every source.
+pub(crate) fn render<'s>(snap: &'s Snapshot, f: &Filters, dropped_total: &AtomicU64) -> Rendered {
+    let exported: Vec<(&Def, &Family)> = DEFS
+        .iter()
+        .zip(families())
+        .filter(|(d, _)| f.groups.contains(&d.group))
+        .collect();
     let sys = System {
         stat: &snap.stat,
         meminfo: &snap.meminfo,
         vmstat: &snap.vmstat,
     };
-    let mut labels = String::new();
-    // Host-wide series first, then cgroups breadth-first: the cap cuts the
-    // deepest cgroups.
-    for i in 0..a.families.len() {
-        match a.families[i].0.read {
-            Read::System(get) => {
-                if let Some(val) = get(&sys) {
-                    a.push(i, "", val);
-                }
+    let mut buf = String::new();
+    let mut budget = f.max_series - OWN_SERIES;
+    let mut dropped = 0u64;
+    let mut size = 0;
+    let mut sources = Vec::new();
+    let mut admit =
+        |cgroup: Option<&'s model::CgroupSample>, labels: String| -> Option<Source<'s>> {
+            let mut n = 0;
+            for (def, fam) in &exported {
+                for_each_series(def, &sys, cgroup, &labels, &mut buf, |l, _| {
+                    n += 1;
+                    size += fam.sample.len() + l.len() + SERIES_SLACK;
+                });
             }
-            Read::CpuModes => {
-                for (mode, get) in CPU_MODES {
-                    if let Some(v) = snap.stat.total_cpu.as_ref().and_then(get) {
-                        labels.clear();
-                        label(&mut labels, "mode", mode);
-                        a.push(i, &labels, Val::F(v as f64 / 1e6));
-                    }
-                }
-            }
-            Read::Cgroup(_) | Read::Device(_) => {}
-        }
-    }
+            let left = n.min(budget);
+            budget -= left;
+            dropped += (n - left) as u64;
+            (left > 0).then_some(Source {
+                cgroup,
+                labels,
+                left,
+            })
+        };
+    sources.extend(admit(None, String::new()));
     let mut level: Vec<(String, &model::CgroupSample)> = vec![("/".into(), &snap.cgroup)];
     let mut depth = 0;
     while !level.is_empty() && depth <= f.max_depth {
@@ -212,9 +256,9 @@ pub(crate) fn render(snap: &Snapshot, f: &Filters, dropped_total: &AtomicU64) ->
                 continue;
             }
             if f.include.as_ref().is_none_or(|re| re.is_match(path)) {
-                labels.clear();
+                let mut labels = String::new();
                 label(&mut labels, "cgroup", path);
-                cgroup_series(&mut a, &mut labels, cg);
+                sources.extend(admit(Some(cg), labels));
             }
             for (name, child) in cg.children.iter().flatten() {
                 next.push((child_path(path, name), child));
@@ -223,7 +267,8 @@ pub(crate) fn render(snap: &Snapshot, f: &Filters, dropped_total: &AtomicU64) ->
         level = next;
         depth += 1;
     }
-    let dropped_total = dropped_total.fetch_add(a.dropped, Ordering::Relaxed) + a.dropped;
+
+    let dropped_total = dropped_total.fetch_add(dropped, Ordering::Relaxed) + dropped;
     let own = Own {
         dropped_total,
         sample_time: snap
@@ -238,47 +283,33 @@ pub(crate) fn render(snap: &Snapshot, f: &Filters, dropped_total: &AtomicU64) ->
     prometheus_client::encoding::text::encode(&mut tail, &registry)
         .expect("formatting into a String cannot fail");
 
-    let served = a.families.iter().filter(|(_, _, s)| !s.is_empty());
-    let len = served
-        .clone()
-        .map(|(_, fam, s)| fam.header.len() + s.len())
-        .sum::<usize>()
-        + tail.len();
-    let mut om = Vec::with_capacity(len);
-    for (_, fam, s) in served {
-        om.extend_from_slice(fam.header.as_bytes());
-        om.extend_from_slice(s.as_bytes());
-    }
-    om.extend_from_slice(tail.as_bytes());
-    Rendered {
-        openmetrics: om.into(),
-        text: OnceLock::new(),
-    }
-}
-
-/// The series of one cgroup; `labels` holds its `cgroup="…"` on entry.
-fn cgroup_series(a: &mut Admit, labels: &mut String, cg: &model::CgroupSample) {
-    let cgroup_len = labels.len();
-    for i in 0..a.families.len() {
-        match a.families[i].0.read {
-            Read::Cgroup(get) => {
-                if let Some(val) = get(cg) {
-                    a.push(i, labels, val);
-                }
+    let headers: usize = exported.iter().map(|(_, fam)| fam.header.len()).sum();
+    let mut om = String::with_capacity(size + headers + tail.len());
+    for (def, fam) in &exported {
+        let start = om.len();
+        om.push_str(&fam.header);
+        let body = om.len();
+        for src in &mut sources {
+            if src.left == 0 {
+                continue;
             }
-            Read::Device(get) => {
-                for (dev, st) in cg.io_stat.iter().flatten() {
-                    if let Some(v) = get(st) {
-                        labels.truncate(cgroup_len);
-                        labels.push(',');
-                        label(labels, "device", dev);
-                        a.push(i, labels, Val::U(v));
-                    }
+            let left = &mut src.left;
+            for_each_series(def, &sys, src.cgroup, &src.labels, &mut buf, |l, v| {
+                if *left > 0 {
+                    *left -= 1;
+                    push_series(&mut om, &fam.sample, l, v);
                 }
-                labels.truncate(cgroup_len);
-            }
-            Read::System(_) | Read::CpuModes => {}
+            });
         }
+        // A metric without series is left out, header and all.
+        if om.len() == body {
+            om.truncate(start);
+        }
+    }
+    om.push_str(&tail);
+    Rendered {
+        openmetrics: om.into_bytes().into(),
+        text: OnceLock::new(),
     }
 }
 
