@@ -5,6 +5,10 @@ use std::sync::OnceLock;
 use std::time::SystemTime;
 
 use model::CgroupSample;
+use prometheus_client::encoding::DescriptorEncoder;
+use prometheus_client::encoding::MetricEncoder;
+use prometheus_client::encoding::NoLabelSet;
+use prometheus_client::metrics::MetricType;
 
 use crate::render::render;
 use crate::render::to_text_format;
@@ -192,6 +196,183 @@ fn label_values_are_escaped() {
     let r = render(&snap, &f, &AtomicU64::new(0));
     let om = String::from_utf8(r.openmetrics.to_vec()).unwrap();
     assert!(om.contains("cgroup=\"/we\\\"ird\\\\name\""), "{}", om);
+}
+
+/// The test snapshot with every kind of series: io.stat devices, memory,
+/// fractional seconds, host-wide series and a name that needs escaping.
+fn rich_snapshot() -> Snapshot {
+    let mut snap = snapshot();
+    let root = &mut snap.cgroup;
+    root.memory_current = Some(1 << 40);
+    root.memory_stat = Some(cgroupfs::MemoryStat {
+        anon: Some(4096),
+        pgfault: Some(u64::MAX),
+        ..Default::default()
+    });
+    let kids = root.children.as_mut().unwrap();
+    kids.get_mut("a").unwrap().io_stat = Some(
+        [("8:0", 1), ("253:16", 7)]
+            .into_iter()
+            .map(|(dev, v)| {
+                let st = cgroupfs::IoStat {
+                    rbytes: Some(v << 20),
+                    wios: Some(v),
+                    ..Default::default()
+                };
+                (dev.to_string(), st)
+            })
+            .collect(),
+    );
+    kids.insert("we\"ird\\name\n".into(), cg(1_234_567, vec![]));
+    snap.stat.total_cpu = Some(procfs::CpuStat {
+        user_usec: Some(1),
+        idle_usec: Some(123_456_789_012),
+        ..Default::default()
+    });
+    snap.stat.context_switches = Some(42);
+    snap.meminfo.total = Some(16 << 20);
+    snap.time = SystemTime::UNIX_EPOCH + std::time::Duration::from_millis(1_700_000_000_123);
+    snap
+}
+
+/// One metric family of an exposition, as parsed back from it.
+#[derive(Debug)]
+struct ParsedFamily {
+    /// Family name without the unit suffix.
+    name: String,
+    help: String,
+    kind: MetricType,
+    unit: Option<prometheus_client::registry::Unit>,
+    series: Vec<(Vec<(String, String)>, String)>,
+}
+
+impl prometheus_client::collector::Collector for ParsedFamily {
+    fn encode(&self, mut enc: DescriptorEncoder) -> std::fmt::Result {
+        let mut me =
+            enc.encode_descriptor(&self.name, &self.help, self.unit.as_ref(), self.kind)?;
+        for (labels, value) in &self.series {
+            if labels.is_empty() {
+                encode_value(&mut me, self.kind, value)?;
+            } else {
+                encode_value(&mut me.encode_family(labels)?, self.kind, value)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+fn encode_value(me: &mut MetricEncoder, kind: MetricType, value: &str) -> std::fmt::Result {
+    // dtoa writes a float with a '.' or an exponent, itoa never.
+    let float = value.contains(['.', 'e', 'E']);
+    match (kind, float) {
+        (MetricType::Counter, true) => {
+            me.encode_counter::<NoLabelSet, _, f64>(&value.parse::<f64>().unwrap(), None)
+        }
+        (MetricType::Counter, false) => {
+            me.encode_counter::<NoLabelSet, _, u64>(&value.parse::<u64>().unwrap(), None)
+        }
+        (_, true) => me.encode_gauge(&value.parse::<f64>().unwrap()),
+        (_, false) => me.encode_gauge(&value.parse::<u64>().unwrap()),
+    }
+}
+
+/// Parses `k="v",…` (escaped values), the text between a series' braces.
+fn parse_labels(mut s: &str) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    while !s.is_empty() {
+        let (k, rest) = s.split_once("=\"").unwrap();
+        let mut v = String::new();
+        let mut chars = rest.char_indices();
+        let end = loop {
+            match chars.next().unwrap() {
+                (i, '"') => break i,
+                (_, '\\') => v.push(match chars.next().unwrap().1 {
+                    'n' => '\n',
+                    c => c,
+                }),
+                (_, c) => v.push(c),
+            }
+        };
+        out.push((k.to_string(), v));
+        s = rest[end + 1..]
+            .strip_prefix(',')
+            .unwrap_or(&rest[end + 1..]);
+    }
+    out
+}
+
+/// prometheus-client's own encoding of what `om` serves.
+fn reencode(om: &str) -> String {
+    let mut fams: Vec<ParsedFamily> = Vec::new();
+    for line in om.lines() {
+        if let Some(rest) = line.strip_prefix("# HELP ") {
+            let (name, help) = rest.split_once(' ').unwrap();
+            fams.push(ParsedFamily {
+                name: name.into(),
+                help: help.into(),
+                kind: MetricType::Unknown,
+                unit: None,
+                series: vec![],
+            });
+        } else if let Some(rest) = line.strip_prefix("# TYPE ") {
+            fams.last_mut().unwrap().kind = match rest.rsplit_once(' ').unwrap().1 {
+                "counter" => MetricType::Counter,
+                "gauge" => MetricType::Gauge,
+                t => panic!("type {}", t),
+            };
+        } else if let Some(rest) = line.strip_prefix("# UNIT ") {
+            let f = fams.last_mut().unwrap();
+            let unit = rest.rsplit_once(' ').unwrap().1;
+            f.name = f.name.strip_suffix(&format!("_{}", unit)).unwrap().into();
+            f.unit = Some(prometheus_client::registry::Unit::Other(unit.into()));
+        } else if line != "# EOF" {
+            let (head, value) = line.rsplit_once(' ').unwrap();
+            let labels = match head.split_once('{') {
+                Some((_, l)) => parse_labels(l.strip_suffix('}').unwrap()),
+                None => vec![],
+            };
+            fams.last_mut().unwrap().series.push((labels, value.into()));
+        }
+    }
+    let mut registry = prometheus_client::registry::Registry::default();
+    for f in fams {
+        registry.register_collector(Box::new(f));
+    }
+    let mut out = String::new();
+    prometheus_client::encoding::text::encode(&mut out, &registry).unwrap();
+    out
+}
+
+#[test]
+fn prometheus_client_encodes_what_we_serve_identically() {
+    let snap = rich_snapshot();
+    let f = Filters::new(&Options {
+        groups: vec![
+            Group::Cpu,
+            Group::Memory,
+            Group::MemoryStat,
+            Group::Io,
+            Group::Pids,
+            Group::System,
+        ],
+        ..Default::default()
+    })
+    .unwrap();
+    let r = render(&snap, &f, &AtomicU64::new(0));
+    let om = String::from_utf8(r.openmetrics.to_vec()).unwrap();
+    for want in [
+        "below_cgroup_io_read_bytes_total{cgroup=\"/a\",device=\"253:16\"} 7340032\n",
+        "below_cgroup_cpu_usage_seconds_total{cgroup=\"/we\\\"ird\\\\name\\n\"} 1.234567\n",
+        "below_cgroup_memory_page_faults_total{cgroup=\"/\"} 18446744073709551615\n",
+        "below_system_cpu_seconds_total{mode=\"idle\"} 123456.789012\n",
+        "below_system_memory_total_bytes 17179869184\n",
+        // dtoa's float, not Display's "0".
+        "below_cgroup_cpu_throttled_seconds_total{cgroup=\"/\"} 0.0\n",
+        "below_sample_timestamp_seconds 1700000000.123\n",
+    ] {
+        assert!(om.contains(want), "{} missing:\n{}", want, om);
+    }
+    assert_eq!(reencode(&om), om);
 }
 
 #[test]
