@@ -22,12 +22,15 @@ use serde::Deserialize;
 use slog::info;
 use slog::o;
 use slog::Drain;
+use top::top_n;
+use top::TopOpts;
 
 #[cfg(test)]
 mod cli_parity;
 mod generate;
 mod history;
 mod record;
+mod top;
 
 use history::Remote;
 use history::TimeRange;
@@ -56,24 +59,6 @@ struct Opt {
     store_dir: Option<PathBuf>,
     #[clap(subcommand)]
     cmd: Option<Command>,
-}
-
-/// Top-N: bounded cost with very many cgroups.
-#[derive(Debug, Default, clap::Args)]
-pub(crate) struct TopOpts {
-    /// Keep only the N cgroups with the highest rate since the previous
-    /// sample (plus their ancestors and --cgroup-top-keep matches); the
-    /// rest are counted, not stored. Config key: cgroup_top.
-    #[clap(long)]
-    cgroup_top: Option<usize>,
-    /// What --cgroup-top ranks by: cpu, memory, io or pressure [default:
-    /// cpu]. Config key: cgroup_top_by.
-    #[clap(long)]
-    cgroup_top_by: Option<bpf_stats::TopBy>,
-    /// With --cgroup-top: cgroups whose path (relative to the cgroup root)
-    /// matches this regex are always kept. Config key: cgroup_top_keep.
-    #[clap(long)]
-    cgroup_top_keep: Option<String>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -264,28 +249,6 @@ fn tui_logger(log_dir: &Path, debug: bool) -> Result<slog::Logger> {
 }
 
 /// `stream_interval`: the stream flush interval to set if streaming is off.
-/// The top-N options: each flag, else its config key.
-fn top_n(cfg: &Config, flags: &TopOpts) -> Result<Option<bpf_stats::TopN>> {
-    let by = flags.cgroup_top_by.or(cfg.top.cgroup_top_by);
-    let keep = flags
-        .cgroup_top_keep
-        .as_ref()
-        .or(cfg.top.cgroup_top_keep.as_ref());
-    let Some(n) = flags.cgroup_top.or(cfg.top.cgroup_top) else {
-        if by.is_some() || keep.is_some() {
-            bail!("--cgroup-top-by and --cgroup-top-keep need --cgroup-top N");
-        }
-        return Ok(None);
-    };
-    Ok(Some(bpf_stats::TopN {
-        n,
-        by: by.unwrap_or_default(),
-        keep: keep
-            .map(|k| regex::Regex::new(k).context("Invalid --cgroup-top-keep"))
-            .transpose()?,
-    }))
-}
-
 fn cgroup_options(
     cfg: &Config,
     collect_io_stat: bool,

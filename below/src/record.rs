@@ -78,7 +78,7 @@ pub struct RecordOpts {
     #[clap(long, value_name = "ADDR")]
     pub listen: Option<std::net::SocketAddr>,
     #[clap(flatten)]
-    pub top: crate::TopOpts,
+    pub top: crate::top::TopOpts,
 }
 
 static STOP: AtomicBool = AtomicBool::new(false);
@@ -121,7 +121,7 @@ pub fn record(logger: &slog::Logger, cfg: &Config, opts: RecordOpts) -> Result<(
             port
         );
     }
-    let top = crate::top_n(cfg, &opts.top)?;
+    let top = crate::top::top_n(cfg, &opts.top)?;
     if top.as_ref().is_some_and(|t| t.by == bpf_stats::TopBy::Io) && !opts.collect_io_stat {
         bail!("--cgroup-top-by io ranks by io.stat: it needs --collect-io-stat");
     }
