@@ -70,7 +70,12 @@ impl Report {
         for r in s.rows.iter().filter(|r| r.ok() && !r.phases.is_empty()) {
             let p = |k: &str| r.phases.get(k).copied();
             let cell = |k: &str| p(k).map_or("—".into(), num);
-            let sum: f64 = phases.iter().filter_map(|k| p(k)).sum();
+            // The recorders' pass is part of their "cgroups"; the floor's is its own.
+            let sum: f64 = phases
+                .iter()
+                .filter(|&&k| k != "pass" || p("cgroups").is_none())
+                .filter_map(|k| p(k))
+                .sum();
             let _ = write!(out, "| {} |", r.recorder);
             for k in phases.iter().chain(&["process"]) {
                 let _ = write!(out, " {} |", cell(k));

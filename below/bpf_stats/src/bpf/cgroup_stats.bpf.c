@@ -25,6 +25,12 @@ struct {
 /* Cgroups visited by the last pass, counted past the map's capacity so
  * user space knows how far to grow it. */
 __u32 nr_cgroups;
+/* PASS_* and the HAS_* groups of a RANK pass: set by user space. */
+__u32 pass_mode;
+__u32 rank_groups;
+/* Set by a WANTED pass that found another cgroup in a record's slot than
+ * the RANK pass did (the tree changed between them). */
+__u32 moved;
 /* FEAT_* bits: what this kernel let the last pass do. */
 __u32 features;
 /* node_states[N_MEMORY] (first word) at the last pass: the nodes
@@ -307,6 +313,24 @@ static __always_inline void fill_memstat(struct record *r, struct mem_cgroup *m)
 #undef FILL
 }
 
+/* The ranked value only (RANK pass): no other field of the group. */
+static __always_inline void fill_rank(struct record *r, struct cgroup *cgrp)
+{
+	struct mem_cgroup *memcg;
+
+	if (rank_groups & HAS_BSTAT) {
+		r->usage_ns = BPF_CORE_READ(cgrp, bstat.cputime.sum_exec_runtime);
+		r->flags |= HAS_BSTAT;
+	}
+	memcg = own_css(cgrp, SUBSYS_ID(memory));
+	if ((rank_groups & HAS_MEMCG) && memcg) {
+		r->mem_usage = BPF_CORE_READ(memcg, memory.usage.counter);
+		r->flags |= HAS_MEMCG;
+	}
+	if (rank_groups & HAS_PSI)
+		fill_psi(r, cgrp);
+}
+
 /* Once per pass, at the walk root: later cgroups read flushed state. The
  * iterator holds cgroup_mutex for the whole walk, so flush nowhere else. */
 static __always_inline void flush_at_walk_root(struct cgroup *cgrp)
@@ -355,17 +379,28 @@ int cgroup_stats(struct bpf_iter__cgroup *ctx)
 		return 0;
 	if (ctx->meta->seq_num == 0) {
 		nr_cgroups = 0;
+		moved = 0;
 		flush_at_walk_root(cgrp);
 	}
 	idx = nr_cgroups++;
 	r = bpf_map_lookup_elem(&records, &idx);
 	if (!r)
 		return 0; /* over capacity: counted, user space grows the map */
+	if (pass_mode == PASS_WANTED) {
+		if (r->id != BPF_CORE_READ(cgrp, kn, id))
+			moved = 1;
+		else if (!r->want)
+			return 0;
+	}
 
 	/* Too big to clear whole: each HAS_* group is written in full when
 	 * its flag is set, and user space reads nothing else. */
 	r->flags = 0;
 	fill_tree(r, cgrp);
+	if (pass_mode == PASS_RANK) {
+		fill_rank(r, cgrp);
+		return 0;
+	}
 	fill_cpu(r, cgrp);
 	fill_psi(r, cgrp);
 	fill_pids(r, cgrp);

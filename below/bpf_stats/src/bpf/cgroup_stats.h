@@ -20,6 +20,14 @@
 /* A value the kernel does not have (config, version): shown as None. */
 #define ABSENT (~0ULL)
 
+/* What a pass writes (global `pass_mode`, set by user space per pass):
+ * FULL every record in full; RANK the tree part and the groups in
+ * `rank_groups` (the ranked value of top-N) only; WANTED in full the
+ * records whose `want` user space set after a RANK pass, no others. */
+#define PASS_FULL 0
+#define PASS_RANK 1
+#define PASS_WANTED 2
+
 /* cpuset masks: 512 CPUs, 64 memory nodes; larger machines use text. */
 #define CPU_WORDS 8
 /* memory.numa_stat: node ids below NUMA_NODES (more nodes use text). */
@@ -192,6 +200,8 @@ struct record {
 	__u32 subtree_control;
 	__u32 nr_descendants;
 	__u32 nr_dying_descendants;
+	/* Set by user space between a RANK and a WANTED pass. */
+	__u64 want;
 	/* cpu.stat: raw ns; user/system are scaled in user space */
 	__u64 usage_ns;
 	__u64 utime_ns;

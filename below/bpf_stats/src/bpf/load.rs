@@ -67,7 +67,7 @@ pub(crate) fn page_size() -> u64 {
     unsafe { libc::sysconf(libc::_SC_PAGESIZE) as u64 }
 }
 
-/// A read-only shared mapping of the records map.
+/// A shared mapping of the records map (user space writes `want`).
 struct Mapping {
     ptr: NonNull<Record>,
     len: usize,
@@ -77,12 +77,12 @@ impl Mapping {
     fn new(fd: BorrowedFd, records: u32) -> Result<Self> {
         let page = page_size() as usize;
         let len = (std::mem::size_of::<Record>() * records as usize).next_multiple_of(page);
-        // SAFETY: a fresh shared read-only mapping of an mmapable map fd.
+        // SAFETY: a fresh shared mapping of an mmapable map fd.
         let ptr = unsafe {
             libc::mmap(
                 std::ptr::null_mut(),
                 len,
-                libc::PROT_READ,
+                libc::PROT_READ | libc::PROT_WRITE,
                 libc::MAP_SHARED,
                 fd.as_raw_fd(),
                 0,
@@ -179,7 +179,7 @@ impl Loaded {
             rodata.numa_node_ids = ids.nodes as u32;
             rodata.numa_idx = layout;
         }
-        let skel = open.load().map_err(|e| {
+        let mut skel = open.load().map_err(|e| {
             let log = LIBBPF_LOG.lock().unwrap_or_else(|e| e.into_inner());
             anyhow!("{e} ({})", load_failure(&log))
         })?;
@@ -203,7 +203,7 @@ impl Loaded {
         let bss = skel
             .maps
             .bss_data
-            .as_deref()
+            .as_deref_mut()
             .map(NonNull::from)
             .context("The BPF object has no mmapped .bss")?;
         Ok(Loaded {
@@ -216,8 +216,16 @@ impl Loaded {
         })
     }
 
-    /// Runs one pass.
-    pub(crate) fn run(&mut self) -> Result<Pass> {
+    /// Runs one pass of `mode` (PASS_*; `rank_groups`: HAS_* bits a RANK
+    /// pass reads).
+    pub(crate) fn run(&mut self, mode: usize, rank_groups: u32) -> Result<Pass> {
+        // SAFETY: the .bss mapping lives as long as the skeleton and no
+        // pass runs now: the program reads these during the read(2) below.
+        unsafe {
+            let bss = self.bss.as_ptr();
+            std::ptr::addr_of_mut!((*bss).pass_mode).write_volatile(mode as u32);
+            std::ptr::addr_of_mut!((*bss).rank_groups).write_volatile(rank_groups);
+        }
         let fd = self.link.as_fd().as_raw_fd();
         // SAFETY: BPF_ITER_CREATE on our iterator link; the new fd is ours.
         let it = unsafe { libbpf_rs::libbpf_sys::bpf_iter_create(fd) };
@@ -245,6 +253,7 @@ impl Loaded {
             cgroups: bss.nr_cgroups,
             features: bss.features,
             memory_nodes: bss.memory_nodes,
+            moved: bss.moved != 0,
         })
     }
 
@@ -254,6 +263,15 @@ impl Loaded {
         // slice (borrowing self) is alive.
         unsafe {
             std::slice::from_raw_parts(self.records.ptr.as_ptr(), n.min(self.capacity) as usize)
+        }
+    }
+
+    /// As [`Loaded::records`], to set `want` before a WANTED pass.
+    pub(crate) fn records_mut(&mut self, n: u32) -> &mut [Record] {
+        // SAFETY: as in `records`; the mutable borrow of self keeps any
+        // other slice and any run out while this one is alive.
+        unsafe {
+            std::slice::from_raw_parts_mut(self.records.ptr.as_ptr(), n.min(self.capacity) as usize)
         }
     }
 }
@@ -266,4 +284,6 @@ pub(crate) struct Pass {
     pub(crate) features: u32,
     /// The nodes memory.numa_stat prints (N_MEMORY).
     pub(crate) memory_nodes: u64,
+    /// A WANTED pass found the tree changed since the RANK pass.
+    pub(crate) moved: bool,
 }

@@ -18,6 +18,7 @@ mod load;
 mod probe;
 
 use std::collections::HashMap;
+use std::collections::HashSet;
 use std::time::Duration;
 use std::time::Instant;
 
@@ -29,6 +30,7 @@ use self::contract::Record;
 use self::decode::Decoder;
 use self::decode::PrevCputime;
 use self::load::Loaded;
+use self::load::Pass;
 pub(crate) use self::probe::probe;
 use self::probe::Limits;
 use crate::read::RootText;
@@ -92,7 +94,23 @@ impl BpfBackend {
 
     /// The iterator pass alone; returns the number of cgroups visited.
     pub(crate) fn pass(&mut self) -> Result<u32> {
-        self.loaded.run().map(|p| p.cgroups)
+        self.loaded
+            .run(contract::PASS_FULL, 0)
+            .map(|p| p.cgroups)
+    }
+
+    /// One pass of `mode`; with more cgroups than room, the map grows and
+    /// the pass runs again.
+    fn run(&mut self, walker: &Walker, mode: usize, rank_groups: u32) -> Result<Pass> {
+        loop {
+            let pass = self.loaded.run(mode, rank_groups)?;
+            if pass.cgroups <= self.loaded.capacity {
+                return Ok(pass);
+            }
+            let cap = pass.cgroups.saturating_mul(2).next_power_of_two();
+            self.loaded = Loaded::new(walker.root_fd(), cap, self.limits)
+                .with_context(|| format!("cannot grow the records map to {cap} cgroups"))?;
+        }
     }
 
     /// One sample: `bpf` files from the records, `text` files read as text
@@ -100,6 +118,13 @@ impl BpfBackend {
     /// ranked over the records and only the selected ones decoded, unless
     /// the ranked value is not in the record (io): then all are decoded
     /// and the flag returned says the caller must still rank.
+    ///
+    /// Ranked by a value the record holds, a sample takes two passes: a
+    /// RANK pass (tree and ranked value only), then a WANTED pass that
+    /// reads the chosen cgroups in full. Most of a pass's cost is the
+    /// per-cgroup reads, so at 10,000 cgroups and top 200 the two cost far
+    /// less than one full pass. Should the tree change between them, a
+    /// full pass reads it again and the chosen cgroups are kept by id.
     ///
     /// Fails only when the pass cannot run (the caller reads text instead).
     pub(crate) fn collect(
@@ -111,58 +136,26 @@ impl BpfBackend {
     ) -> Result<(Snapshot, bool)> {
         let mut snap = Snapshot::default();
         let (cpu, wall) = (crate::thread_cpu_time(), Instant::now());
-        let (n, memory_nodes) = loop {
-            let pass = self.loaded.run()?;
-            let n = pass.cgroups;
-            if n <= self.loaded.capacity {
-                break (n, pass.memory_nodes);
-            }
-            // More cgroups than room: grow, then rerun this sample.
-            let cap = n.saturating_mul(2).next_power_of_two();
-            self.loaded = Loaded::new(walker.root_fd(), cap, self.limits)
-                .with_context(|| format!("cannot grow the records map to {cap} cgroups"))?;
+        let by = top.as_ref().map(|t| t.top.by);
+        let rank_groups = by.and_then(rank_groups);
+        let mode = match rank_groups {
+            Some(_) => contract::PASS_RANK,
+            None => contract::PASS_FULL,
         };
-        self.last_pass = (crate::thread_cpu_time() - cpu, wall.elapsed());
-        let decoder = Decoder {
+        let mut pass = self.run(walker, mode, rank_groups.unwrap_or(0))?;
+        let keep_re = top.as_ref().and_then(|t| t.top.keep.clone());
+        let need_paths = self.filter.is_some() || keep_re.is_some() || !text.is_empty();
+        self.index(pass.cgroups, need_paths, keep_re.as_ref());
+        let mut decoder = Decoder {
             cpus: self.limits.cpus,
             nodes: self.limits.nodes,
             numa: self.limits.numa,
             page_size: load::page_size(),
-            memory_nodes,
+            memory_nodes: pass.memory_nodes,
         };
-        let keep_re = top.as_ref().and_then(|t| t.top.keep.clone());
-        let need_paths = self.filter.is_some() || keep_re.is_some() || !text.is_empty();
-        self.pass += 1;
-        self.ids.clear();
-        self.records.clear();
-        self.parents.clear();
-        let records = self.loaded.records(n);
-        for (i, r) in records.iter().enumerate() {
-            let parent = if i == 0 {
-                None
-            } else {
-                // Parent skipped by the filter (or not seen): skip too.
-                match self.ids.get(&r.parent_id) {
-                    Some(&p) => Some(p),
-                    None => continue,
-                }
-            };
-            if !self.known.contains_key(&r.id) {
-                let k = self.learn(r, parent.is_some(), need_paths, keep_re.as_ref());
-                self.known.insert(r.id, k);
-            }
-            let k = self.known.get_mut(&r.id).expect("inserted above");
-            k.seen = self.pass;
-            if k.filtered {
-                continue;
-            }
-            self.ids.insert(r.id, self.records.len());
-            self.records.push(i);
-            self.parents.push(parent);
-        }
-        let by = top.as_ref().map(|t| t.top.by);
-        let keep = match top.as_deref_mut() {
+        let mut keep = match top.as_deref_mut() {
             Some(rank) if by != Some(TopBy::Io) => {
+                let records = self.loaded.records(pass.cgroups);
                 let by = rank.top.by;
                 let scores: Vec<u64> = self
                     .records
@@ -179,6 +172,33 @@ impl BpfBackend {
             }
             _ => None,
         };
+        if let (Some(keep), true) = (&mut keep, mode == contract::PASS_RANK) {
+            let n = pass.cgroups;
+            let records = self.loaded.records_mut(n);
+            records.iter_mut().for_each(|r| r.want = 0);
+            for (&i, &k) in self.records.iter().zip(keep.iter()) {
+                records[i].want = k as u64;
+            }
+            pass = self.run(walker, contract::PASS_WANTED, 0)?;
+            if pass.moved || pass.cgroups != n {
+                let records = self.loaded.records(n);
+                let kept: HashSet<u64> = (self.records.iter().zip(keep.iter()))
+                    .filter(|(_, &k)| k)
+                    .map(|(&i, _)| records[i].id)
+                    .collect();
+                pass = self.run(walker, contract::PASS_FULL, 0)?;
+                self.index(pass.cgroups, need_paths, keep_re.as_ref());
+                let records = self.loaded.records(pass.cgroups);
+                *keep = self
+                    .records
+                    .iter()
+                    .map(|&i| kept.contains(&records[i].id))
+                    .collect();
+            }
+        }
+        self.last_pass = (crate::thread_cpu_time() - cpu, wall.elapsed());
+        decoder.memory_nodes = pass.memory_nodes;
+        let records = self.loaded.records(pass.cgroups);
         // Node index of each visible cgroup that is kept.
         let mut node_of = vec![usize::MAX; self.records.len()];
         let mut prev = std::mem::take(&mut self.prev_cputime);
@@ -218,6 +238,40 @@ impl BpfBackend {
         Ok((snap, top.is_some() && keep.is_none()))
     }
 
+    /// Indexes the first `n` records: the visible cgroups (not filtered,
+    /// parent visible) in pre-order, each one's parent, and what is known
+    /// of each (learnt the first time its id is seen).
+    fn index(&mut self, n: u32, need_paths: bool, keep_re: Option<&Regex>) {
+        self.pass += 1;
+        self.ids.clear();
+        self.records.clear();
+        self.parents.clear();
+        let records = self.loaded.records(n);
+        for (i, r) in records.iter().enumerate() {
+            let parent = if i == 0 {
+                None
+            } else {
+                // Parent skipped by the filter (or not seen): skip too.
+                match self.ids.get(&r.parent_id) {
+                    Some(&p) => Some(p),
+                    None => continue,
+                }
+            };
+            if !self.known.contains_key(&r.id) {
+                let k = self.learn(r, parent.is_some(), need_paths, keep_re);
+                self.known.insert(r.id, k);
+            }
+            let k = self.known.get_mut(&r.id).expect("inserted above");
+            k.seen = self.pass;
+            if k.filtered {
+                continue;
+            }
+            self.ids.insert(r.id, self.records.len());
+            self.records.push(i);
+            self.parents.push(parent);
+        }
+    }
+
     /// What is fixed for the life of a cgroup (its parent is known).
     fn learn(&self, r: &Record, child: bool, need_paths: bool, keep: Option<&Regex>) -> Known {
         let name = if child {
@@ -237,6 +291,16 @@ impl BpfBackend {
             path,
             seen: 0,
         }
+    }
+}
+
+/// The HAS_* groups a RANK pass reads for `by`; None: not in the record.
+fn rank_groups(by: TopBy) -> Option<u32> {
+    match by {
+        TopBy::Cpu => Some(contract::HAS_BSTAT),
+        TopBy::Memory => Some(contract::HAS_MEMCG),
+        TopBy::Pressure => Some(contract::HAS_PSI),
+        TopBy::Io => None,
     }
 }
 

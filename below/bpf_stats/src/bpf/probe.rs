@@ -224,7 +224,7 @@ pub(crate) fn probe(root_fd: BorrowedFd, filter: Option<Regex>) -> Probe {
         Ok(l) => l,
         Err(e) => return fail(format!("cannot load the cgroup iterator: {e:#}")),
     };
-    let features = match loaded.run() {
+    let features = match loaded.run(PASS_FULL, 0) {
         Ok(pass) => pass.features,
         Err(e) => return fail(format!("the cgroup iterator failed: {e:#}")),
     };
