@@ -8,6 +8,9 @@ set -eu
 CG=/sys/fs/cgroup
 T=$CG/top-t
 rm -rf /tmp/s-top
+# Made before top-t so that the walk visits it first: its churning child
+# moves every top-t cgroup to another slot of the BPF records.
+mkdir $CG/churn
 mkdir "$T"
 grep -qw cpu $CG/cgroup.subtree_control && echo "+cpu" > "$T/cgroup.subtree_control"
 a=0
@@ -40,14 +43,14 @@ done < $busy
 } | sort > /tmp/top-want
 # Records 4 samples and checks the last; "churn" as the argument: while
 # cgroups are made and removed all the time by a process in the root
-# cgroup (never ranked), so that with BPF the tree changes between a
-# sample's rank and read passes.
+# cgroup (never ranked), so that with BPF the tree changes between
+# samples and between a sample's rank and read passes.
 record_check() {
   rm -rf /tmp/s-top
   churner=
   if [ "$1" = churn ]; then
     touch /tmp/churn
-    (while [ -f /tmp/churn ]; do mkdir $CG/churn-x; rmdir $CG/churn-x; done) 2>/dev/null &
+    (while [ -f /tmp/churn ]; do mkdir $CG/churn/x; rmdir $CG/churn/x; done) 2>/dev/null &
     churner=$!
   fi
   /below --cgroup-backend "$backend" --store-dir /tmp/s-top record --interval-s 2 --count 4 \
@@ -86,7 +89,7 @@ while [ $a -lt 100 ]; do
   seq 0 99 | sed "s,^,$T/g$a/c," | xargs rmdir && rmdir "$T/g$a"
   a=$((a + 1))
 done
-rmdir "$T"
+rmdir "$T" $CG/churn
 if [ $ok = 0 ]; then
   echo "FAIL: the stored sample is not the 200 busiest + ancestors + keep"
   exit 1

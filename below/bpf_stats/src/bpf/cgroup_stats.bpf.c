@@ -28,8 +28,8 @@ __u32 nr_cgroups;
 /* PASS_* and the HAS_* groups of a RANK pass: set by user space. */
 __u32 pass_mode;
 __u32 rank_groups;
-/* Set by a WANTED pass that found another cgroup in a record's slot than
- * the RANK pass did (the tree changed between them). */
+/* Set by a WANTED pass that found another cgroup in a wanted record's
+ * slot than the RANK pass did (the tree changed between them). */
 __u32 moved;
 /* FEAT_* bits: what this kernel let the last pass do. */
 __u32 features;
@@ -373,6 +373,7 @@ int cgroup_stats(struct bpf_iter__cgroup *ctx)
 {
 	struct cgroup *cgrp = ctx->cgroup;
 	struct record *r;
+	bool want;
 	__u32 idx;
 
 	if (!cgrp)
@@ -386,10 +387,12 @@ int cgroup_stats(struct bpf_iter__cgroup *ctx)
 	r = bpf_map_lookup_elem(&records, &idx);
 	if (!r)
 		return 0; /* over capacity: counted, user space grows the map */
+	/* `want` holds for the cgroup in this slot at the last pass only. */
+	want = r->want && r->id == BPF_CORE_READ(cgrp, kn, id);
 	if (pass_mode == PASS_WANTED) {
-		if (r->id != BPF_CORE_READ(cgrp, kn, id))
+		if (r->want && !want)
 			moved = 1;
-		else if (!r->want)
+		if (!want)
 			return 0;
 	}
 
@@ -397,7 +400,8 @@ int cgroup_stats(struct bpf_iter__cgroup *ctx)
 	 * its flag is set, and user space reads nothing else. */
 	r->flags = 0;
 	fill_tree(r, cgrp);
-	if (pass_mode == PASS_RANK) {
+	if (pass_mode == PASS_RANK && !want) {
+		r->want = 0;
 		fill_rank(r, cgrp);
 		return 0;
 	}

@@ -21,9 +21,11 @@
 #define ABSENT (~0ULL)
 
 /* What a pass writes (global `pass_mode`, set by user space per pass):
- * FULL every record in full; RANK the tree part and the groups in
- * `rank_groups` (the ranked value of top-N) only; WANTED in full the
- * records whose `want` user space set after a RANK pass, no others. */
+ * FULL every record in full; RANK in full the records whose `want` user
+ * space set (still the same cgroup in the slot: the last sample's top N,
+ * usually this one's too) and of the others the tree part and the groups
+ * in `rank_groups` (the ranked value) only, clearing `want`; WANTED in
+ * full the records whose `want` user space set, no others. */
 #define PASS_FULL 0
 #define PASS_RANK 1
 #define PASS_WANTED 2
@@ -200,7 +202,7 @@ struct record {
 	__u32 subtree_control;
 	__u32 nr_descendants;
 	__u32 nr_dying_descendants;
-	/* Set by user space between a RANK and a WANTED pass. */
+	/* Set by user space: read in full at the next RANK or WANTED pass. */
 	__u64 want;
 	/* cpu.stat: raw ns; user/system are scaled in user space */
 	__u64 usage_ns;

@@ -119,12 +119,14 @@ impl BpfBackend {
     /// the ranked value is not in the record (io): then all are decoded
     /// and the flag returned says the caller must still rank.
     ///
-    /// Ranked by a value the record holds, a sample takes two passes: a
-    /// RANK pass (tree and ranked value only), then a WANTED pass that
-    /// reads the chosen cgroups in full. Most of a pass's cost is the
-    /// per-cgroup reads, so at 10,000 cgroups and top 200 the two cost far
-    /// less than one full pass. Should the tree change between them, a
-    /// full pass reads it again and the chosen cgroups are kept by id.
+    /// Ranked by a value the record holds, a sample takes a RANK pass:
+    /// the tree and the ranked value of every cgroup, and in full the ones
+    /// the last sample kept. Most of a pass's cost is the per-cgroup reads,
+    /// so at 10,000 cgroups and top 200 it costs far less than a full
+    /// pass. When the ranking chooses a cgroup not read in full (the first
+    /// sample, a newcomer to the top N), a WANTED pass reads the chosen
+    /// ones; should the tree change between the two, a full pass reads it
+    /// again and the chosen cgroups are kept by id.
     ///
     /// Fails only when the pass cannot run (the caller reads text instead).
     pub(crate) fn collect(
@@ -175,12 +177,17 @@ impl BpfBackend {
         if let (Some(keep), true) = (&mut keep, mode == contract::PASS_RANK) {
             let n = pass.cgroups;
             let records = self.loaded.records_mut(n);
+            // The RANK pass read in full what the last sample kept.
+            let complete = (self.records.iter().zip(keep.iter()))
+                .all(|(&i, &k)| !k || records[i].want != 0);
             records.iter_mut().for_each(|r| r.want = 0);
             for (&i, &k) in self.records.iter().zip(keep.iter()) {
                 records[i].want = k as u64;
             }
-            pass = self.run(walker, contract::PASS_WANTED, 0)?;
-            if pass.moved || pass.cgroups != n {
+            if !complete {
+                pass = self.run(walker, contract::PASS_WANTED, 0)?;
+            }
+            if !complete && (pass.moved || pass.cgroups != n) {
                 let records = self.loaded.records(n);
                 let kept: HashSet<u64> = (self.records.iter().zip(keep.iter()))
                     .filter(|(_, &k)| k)
