@@ -95,15 +95,23 @@ static __always_inline __u32 ctrl_mask(__u32 kmask)
 	return m;
 }
 
-static __always_inline void fill_tree(struct record *r, struct cgroup *cgrp)
+/* Where the cgroup is: all a RANK pass writes of the tree. */
+static __always_inline struct cgroup *fill_place(struct record *r, struct cgroup *cgrp)
 {
 	struct cgroup *parent = BPF_CORE_READ(cgrp, self.parent, cgroup);
-	__u32 control;
 
 	r->id = BPF_CORE_READ(cgrp, kn, id);
 	r->parent_id = parent ? BPF_CORE_READ(parent, kn, id) : 0;
 	r->level = BPF_CORE_READ(cgrp, level);
 	bpf_probe_read_kernel_str(r->name, sizeof(r->name), BPF_CORE_READ(cgrp, kn, name));
+	return parent;
+}
+
+static __always_inline void fill_tree(struct record *r, struct cgroup *cgrp)
+{
+	struct cgroup *parent = fill_place(r, cgrp);
+	__u32 control;
+
 	r->nr_descendants = BPF_CORE_READ(cgrp, nr_descendants);
 	r->nr_dying_descendants = BPF_CORE_READ(cgrp, nr_dying_descendants);
 	r->subtree_control = ctrl_mask(BPF_CORE_READ(cgrp, subtree_control));
@@ -373,7 +381,7 @@ int cgroup_stats(struct bpf_iter__cgroup *ctx)
 {
 	struct cgroup *cgrp = ctx->cgroup;
 	struct record *r;
-	bool want;
+	bool same, want;
 	__u32 idx;
 
 	if (!cgrp)
@@ -387,8 +395,10 @@ int cgroup_stats(struct bpf_iter__cgroup *ctx)
 	r = bpf_map_lookup_elem(&records, &idx);
 	if (!r)
 		return 0; /* over capacity: counted, user space grows the map */
-	/* `want` holds for the cgroup in this slot at the last pass only. */
-	want = r->want && r->id == BPF_CORE_READ(cgrp, kn, id);
+	/* The slot holds the cgroup it held at the last pass; `want` is for
+	 * that one only. */
+	same = r->id == BPF_CORE_READ(cgrp, kn, id);
+	want = r->want && same;
 	if (pass_mode == PASS_WANTED) {
 		if (r->want && !want)
 			moved = 1;
@@ -399,12 +409,15 @@ int cgroup_stats(struct bpf_iter__cgroup *ctx)
 	/* Too big to clear whole: each HAS_* group is written in full when
 	 * its flag is set, and user space reads nothing else. */
 	r->flags = 0;
-	fill_tree(r, cgrp);
 	if (pass_mode == PASS_RANK && !want) {
 		r->want = 0;
+		/* cgroup2 has no rename or move: user space knows the rest. */
+		if (!same)
+			fill_place(r, cgrp);
 		fill_rank(r, cgrp);
 		return 0;
 	}
+	fill_tree(r, cgrp);
 	fill_cpu(r, cgrp);
 	fill_psi(r, cgrp);
 	fill_pids(r, cgrp);

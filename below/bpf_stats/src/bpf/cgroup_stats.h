@@ -23,8 +23,9 @@
 /* What a pass writes (global `pass_mode`, set by user space per pass):
  * FULL every record in full; RANK in full the records whose `want` user
  * space set (still the same cgroup in the slot: the last sample's top N,
- * usually this one's too) and of the others the tree part and the groups
- * in `rank_groups` (the ranked value) only, clearing `want`; WANTED in
+ * usually this one's too) and of the others the groups in `rank_groups`
+ * (the ranked value) and, if the slot holds another cgroup than at the
+ * last pass, id, parent_id, level and name, clearing `want`; WANTED in
  * full the records whose `want` user space set, no others. */
 #define PASS_FULL 0
 #define PASS_RANK 1
