@@ -273,7 +273,8 @@ impl Report {
             reproduce: reproduce(a, "bill", &extra),
             rows,
         };
-        self.printed.push(self.bill_md(&sec));
+        let md = self.bill_md(&sec) + &self.bill_top_md(&sec);
+        self.printed.push(md);
         self.bill.push(sec);
     }
 

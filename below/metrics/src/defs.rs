@@ -53,11 +53,12 @@ pub enum Unit {
 #[derive(Debug, Clone, Copy)]
 pub enum Val {
     U(u64),
-    F(f64),
+    /// Seconds, given in microseconds (written as dtoa writes the f64).
+    Usec(u64),
 }
 
 fn usec(v: Option<u64>) -> Option<Val> {
-    v.map(|v| Val::F(v as f64 / 1e6))
+    v.map(Val::Usec)
 }
 
 fn u(v: Option<u64>) -> Option<Val> {

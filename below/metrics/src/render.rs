@@ -5,8 +5,9 @@
 //! exporter's own metrics and `# EOF`. Its per-series path re-encodes the
 //! label set of every series through a `dyn Write` call per piece; at 29
 //! series per cgroup that was a third of a BPF sample's CPU. We write the
-//! series lines ourselves with the same formatting (itoa, dtoa, its label
-//! escaping): each cgroup's label text once, a few appends per series.
+//! series lines ourselves with the same formatting (itoa, its label
+//! escaping; seconds as the shortest decimal of the same f64, see
+//! [`push_secs`]): each cgroup's label text once, a few appends per series.
 //! test.rs checks that prometheus-client re-encodes our output byte for byte.
 
 use std::collections::HashSet;
@@ -135,9 +136,40 @@ fn push_series(out: &mut String, sample: &str, labels: &str, val: Val) {
     out.push(' ');
     match val {
         Val::U(v) => out.push_str(itoa::Buffer::new().format(v)),
-        Val::F(v) => out.push_str(dtoa::Buffer::new().format(v)),
+        Val::Usec(us) => push_secs(out, us),
     }
     out.push('\n');
+}
+
+/// Below this, microseconds are written as seconds from integers.
+const EXACT_BELOW_US: u64 = (1 << 33) * 1_000_000;
+
+/// Appends `us` microseconds as seconds: the shortest decimal (at least
+/// one decimal) that reads back as the f64 `us / 1e6` prometheus-client
+/// would write. Below 2^33 s doubles are under 1e-6 apart, so no decimal
+/// shorter than the exact six-decimal one reads back the same: that one,
+/// trailing zeros dropped, is written from integers (dtoa was the largest
+/// cost of a scrape after the getters, and its Grisu2 is not always
+/// shortest: 649 us is 0.0006489999999999999 there). Above, dtoa.
+pub(crate) fn push_secs(out: &mut String, us: u64) {
+    if us >= EXACT_BELOW_US {
+        out.push_str(dtoa::Buffer::new().format(us as f64 / 1e6));
+        return;
+    }
+    out.push_str(itoa::Buffer::new().format(us / 1_000_000));
+    out.push('.');
+    let mut frac = us % 1_000_000;
+    if frac == 0 {
+        out.push('0');
+        return;
+    }
+    let mut digits = [b'0'; 6];
+    for d in digits.iter_mut().rev() {
+        *d += (frac % 10) as u8;
+        frac /= 10;
+    }
+    let len = 6 - digits.iter().rev().take_while(|&&d| d == b'0').count();
+    out.push_str(std::str::from_utf8(&digits[..len]).expect("ASCII digits"));
 }
 
 /// The most [`push_series`] adds beyond the name and labels: braces, space,
@@ -176,7 +208,7 @@ fn for_each_series(
                 if let Some(v) = sys.stat.total_cpu.as_ref().and_then(get) {
                     buf.clear();
                     label(buf, "mode", mode);
-                    f(buf, Val::F(v as f64 / 1e6));
+                    f(buf, Val::Usec(v));
                 }
             }
         }
@@ -208,11 +240,19 @@ fn child_path(parent: &str, name: &str) -> String {
     }
 }
 
+/// Most a series of `def` adds to a source's label text: `,device="…"`
+/// or `mode="…"`.
+const EXTRA_LABEL: usize = 32;
+
 /// Renders in two passes so the text is written once, in place: the first
 /// admits series (host-wide first, then cgroups breadth-first, so the cap
 /// cuts the deepest cgroups) and sizes the buffer; the second writes each
-/// metric's series from every source.
-pub(crate) fn render<'s>(snap: &'s Snapshot, f: &Filters, dropped_total: &AtomicU64) -> Rendered {
+/// metric's series from every source that has them. (One pass into a body
+/// per metric, joined at the end, measured slower: every body grows by
+/// copies and the text is written twice.) When even an upper bound of the
+/// series, counted without reading a value, is within the cap, all are
+/// admitted without asking each metric first.
+pub(crate) fn render(snap: &Snapshot, f: &Filters, dropped_total: &AtomicU64) -> Rendered {
     let exported: Vec<(&Def, &Family)> = DEFS
         .iter()
         .zip(families())
@@ -223,30 +263,15 @@ pub(crate) fn render<'s>(snap: &'s Snapshot, f: &Filters, dropped_total: &Atomic
         meminfo: &snap.meminfo,
         vmstat: &snap.vmstat,
     };
-    let mut buf = String::new();
-    let mut budget = f.max_series - OWN_SERIES;
-    let mut dropped = 0u64;
-    let mut size = 0;
-    let mut sources = Vec::new();
-    let mut admit =
-        |cgroup: Option<&'s model::CgroupSample>, labels: String| -> Option<Source<'s>> {
-            let mut n = 0;
-            for (def, fam) in &exported {
-                for_each_series(def, &sys, cgroup, &labels, &mut buf, |l, _| {
-                    n += 1;
-                    size += fam.sample.len() + l.len() + SERIES_SLACK;
-                });
-            }
-            let left = n.min(budget);
-            budget -= left;
-            dropped += (n - left) as u64;
-            (left > 0).then_some(Source {
-                cgroup,
-                labels,
-                left,
-            })
-        };
-    sources.extend(admit(None, String::new()));
+    // Host-wide metrics have series from the host only, cgroup metrics
+    // from cgroups only: each source is asked for its own.
+    let host = |d: &Def| matches!(d.read, Read::System(_) | Read::CpuModes);
+    let (host_defs, cgroup_defs): (Vec<_>, Vec<_>) = exported.iter().partition(|(d, _)| host(d));
+    let mut sources = vec![Source {
+        cgroup: None,
+        labels: String::new(),
+        left: 0,
+    }];
     let mut level: Vec<(String, &model::CgroupSample)> = vec![("/".into(), &snap.cgroup)];
     let mut depth = 0;
     while !level.is_empty() && depth <= f.max_depth {
@@ -258,7 +283,11 @@ pub(crate) fn render<'s>(snap: &'s Snapshot, f: &Filters, dropped_total: &Atomic
             if f.include.as_ref().is_none_or(|re| re.is_match(path)) {
                 let mut labels = String::new();
                 label(&mut labels, "cgroup", path);
-                sources.extend(admit(Some(cg), labels));
+                sources.push(Source {
+                    cgroup: Some(cg),
+                    labels,
+                    left: 0,
+                });
             }
             for (name, child) in cg.children.iter().flatten() {
                 next.push((child_path(path, name), child));
@@ -267,6 +296,53 @@ pub(crate) fn render<'s>(snap: &'s Snapshot, f: &Filters, dropped_total: &Atomic
         level = next;
         depth += 1;
     }
+
+    let defs_of = |src: &Source| {
+        if src.cgroup.is_some() {
+            &cgroup_defs
+        } else {
+            &host_defs
+        }
+    };
+    // Series and bytes at most, per source.
+    let bound = |src: &Source| {
+        let (mut n, mut size) = (0, 0);
+        for (def, fam) in defs_of(src) {
+            let k = match def.read {
+                Read::Device(_) => src.cgroup.and_then(|c| c.io_stat.as_ref()).map_or(0, |d| d.len()),
+                Read::CpuModes => CPU_MODES.len(),
+                _ => 1,
+            };
+            n += k;
+            size += k * (fam.sample.len() + src.labels.len() + EXTRA_LABEL + SERIES_SLACK);
+        }
+        (n, size)
+    };
+    let mut budget = f.max_series - OWN_SERIES;
+    let mut dropped = 0u64;
+    let mut size = 0;
+    let bounds: Vec<(usize, usize)> = sources.iter().map(bound).collect();
+    if bounds.iter().map(|b| b.0).sum::<usize>() <= budget {
+        for (src, b) in sources.iter_mut().zip(&bounds) {
+            src.left = b.0;
+            size += b.1;
+        }
+    } else {
+        let mut buf = String::new();
+        for src in &mut sources {
+            let mut n = 0;
+            for (def, fam) in defs_of(src) {
+                for_each_series(def, &sys, src.cgroup, &src.labels, &mut buf, |l, _| {
+                    n += 1;
+                    size += fam.sample.len() + l.len() + SERIES_SLACK;
+                });
+            }
+            src.left = n.min(budget);
+            budget -= src.left;
+            dropped += (n - src.left) as u64;
+        }
+    }
+    let mut buf = String::new();
 
     let dropped_total = dropped_total.fetch_add(dropped, Ordering::Relaxed) + dropped;
     let own = Own {
@@ -285,11 +361,17 @@ pub(crate) fn render<'s>(snap: &'s Snapshot, f: &Filters, dropped_total: &Atomic
 
     let headers: usize = exported.iter().map(|(_, fam)| fam.header.len()).sum();
     let mut om = String::with_capacity(size + headers + tail.len());
+    let (host_source, cgroup_sources) = sources.split_at_mut(1);
     for (def, fam) in &exported {
         let start = om.len();
         om.push_str(&fam.header);
         let body = om.len();
-        for src in &mut sources {
+        let from = if host(def) {
+            &mut *host_source
+        } else {
+            &mut *cgroup_sources
+        };
+        for src in from.iter_mut() {
             if src.left == 0 {
                 continue;
             }

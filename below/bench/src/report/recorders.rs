@@ -115,11 +115,18 @@ impl Report {
                 .copied()
                 .unwrap_or(ph(floor, "pass"));
             let ours_part = ph(ours, "cgroups") - pass + ph(ours, "tree");
+            let lighter: String = [("below09", "below 0.9"), ("main-bpf", "below main BPF")]
+                .iter()
+                .filter_map(|(k, name)| {
+                    let r = ratio(get(k)?.cpu_ms_per_sample, ours.cpu_ms_per_sample);
+                    Some(format!("; {} lighter than {name}", times(r)))
+                })
+                .collect();
             let _ = writeln!(
                 out,
                 "- {}: whole process {} ms per sample = {} the floor's {} ms; our part \
                  (conversion = cgroups − the pass, plus tree) {} ms = {} the pass \
-                 ({} ms).",
+                 ({} ms){lighter}.",
                 ours.recorder,
                 num(ours.cpu_ms_per_sample),
                 times(ratio(ours.cpu_ms_per_sample, floor.cpu_ms_per_sample)),
@@ -127,6 +134,34 @@ impl Report {
                 num(ours_part),
                 times(ratio(ours_part, pass)),
                 num(pass),
+            );
+        }
+        out
+    }
+
+    /// Top-N's bound: each top-N row against the same recorder in the
+    /// run's smallest tree.
+    pub(super) fn bill_top_md(&self, s: &BillSection) -> String {
+        let mut out = String::new();
+        let Some(small) = self.bill.iter().min_by_key(|b| b.cgroups_created) else {
+            return out;
+        };
+        if small.cgroups_created >= s.cgroups_created {
+            return out;
+        }
+        for r in s.rows.iter().filter(|r| r.ok() && r.key.contains("-top")) {
+            let Some(base) = small.rows.iter().find(|b| b.ok() && b.key == r.key) else {
+                continue;
+            };
+            let _ = writeln!(
+                out,
+                "- {} at {} cgroups: {} ms per sample = {} its {} ms at {} cgroups (same run).",
+                r.recorder,
+                thousands(s.cgroups_created),
+                num(r.cpu_ms_per_sample),
+                times(ratio(r.cpu_ms_per_sample, base.cpu_ms_per_sample)),
+                num(base.cpu_ms_per_sample),
+                thousands(small.cgroups_created),
             );
         }
         out
