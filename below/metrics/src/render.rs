@@ -309,7 +309,10 @@ pub(crate) fn render(snap: &Snapshot, f: &Filters, dropped_total: &AtomicU64) ->
         let (mut n, mut size) = (0, 0);
         for (def, fam) in defs_of(src) {
             let k = match def.read {
-                Read::Device(_) => src.cgroup.and_then(|c| c.io_stat.as_ref()).map_or(0, |d| d.len()),
+                Read::Device(_) => src
+                    .cgroup
+                    .and_then(|c| c.io_stat.as_ref())
+                    .map_or(0, |d| d.len()),
                 Read::CpuModes => CPU_MODES.len(),
                 _ => 1,
             };

@@ -397,7 +397,11 @@ fn seconds_from_micros_read_back_as_the_f64() {
         push_secs(&mut ours, us);
         let f = us as f64 / 1e6;
         let theirs = dtoa::Buffer::new().format(f).to_owned();
-        assert_eq!(ours.parse::<f64>().unwrap().to_bits(), f.to_bits(), "{us} us: {ours}");
+        assert_eq!(
+            ours.parse::<f64>().unwrap().to_bits(),
+            f.to_bits(),
+            "{us} us: {ours}"
+        );
         assert!(ours.len() <= theirs.len(), "{us} us: {ours} vs {theirs}");
         assert!(ours.contains('.') || ours.contains('e'), "{us} us: {ours}");
     };

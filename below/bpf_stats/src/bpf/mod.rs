@@ -94,9 +94,7 @@ impl BpfBackend {
 
     /// The iterator pass alone; returns the number of cgroups visited.
     pub(crate) fn pass(&mut self) -> Result<u32> {
-        self.loaded
-            .run(contract::PASS_FULL, 0)
-            .map(|p| p.cgroups)
+        self.loaded.run(contract::PASS_FULL, 0).map(|p| p.cgroups)
     }
 
     /// One pass of `mode`; with more cgroups than room, the map grows and
@@ -178,8 +176,8 @@ impl BpfBackend {
             let n = pass.cgroups;
             let records = self.loaded.records_mut(n);
             // The RANK pass read in full what the last sample kept.
-            let complete = (self.records.iter().zip(keep.iter()))
-                .all(|(&i, &k)| !k || records[i].want != 0);
+            let complete =
+                (self.records.iter().zip(keep.iter())).all(|(&i, &k)| !k || records[i].want != 0);
             records.iter_mut().for_each(|r| r.want = 0);
             for (&i, &k) in self.records.iter().zip(keep.iter()) {
                 records[i].want = k as u64;
