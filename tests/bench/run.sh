@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Usage: tests/bench/run.sh [--smoke | --bill | --soak] [--kernels "debian-7.3 patched"]
+# Usage: tests/bench/run.sh [--smoke | --bill | --soak | --scrape] [--kernels "debian-7.3 patched"]
 #                           [--out DIR] [-- cgroup-bench ARGS...]
 # Builds release cgroup-bench and below, boots each kernel under QEMU (TCG,
 # tests/vm/run.sh), runs the benchmark in the guest and prints its markdown
@@ -15,6 +15,8 @@
 #             guest run (debian-7.3 unless --kernels; ~1 h under TCG). An
 #             upstream below main build in $BELOW_MAIN_BIN adds its rows.
 #   --soak    RSS of `below record` over 10 min at 5,000 cgroups with churn.
+#   --scrape  one /metrics scrape against one sample of `below record
+#             --listen` at 1,000 cgroups, BPF (tests/bench/scrape-guest.sh).
 #   -- ARGS   cgroup-bench arguments replacing the default set below (the
 #             binaries are in the guest as /bin/below, /bin/below09).
 # Commas are cgroup-bench's list syntax; backticks in printf are markdown.
@@ -29,6 +31,7 @@ while [ $# -gt 0 ]; do
     --smoke) smoke=1; shift ;;
     --bill) mode=bill; shift ;;
     --soak) mode=soak; shift ;;
+    --scrape) mode=scrape; shift ;;
     --kernels) kernels=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
     --) shift; break ;;
@@ -61,6 +64,8 @@ elif [ $mode = bill ]; then
   # 10,000 cgroups takes several seconds per sample: few samples is a result).
   args=(--sections bill --bill-sizes 1000,5000,10000 --bill-secs 15,20,30 "${recorder_args[@]}")
   vm_timeout=7200 mem=4G suffix=-bill
+elif [ $mode = scrape ]; then
+  vm_timeout=900 suffix=-scrape
 elif [ $mode = soak ]; then
   args=(--sections soak --soak-cgroups 5000 --soak-secs 600 --soak-every-s 30 "${recorder_args[@]}")
   vm_timeout=2400 mem=4G suffix=-soak
@@ -86,6 +91,10 @@ bench_kernel() {
     return 0
   fi
   rm -rf "${out:?}/$k$suffix"
+  if [ $mode = scrape ]; then
+    bench_scrape "$k" "$img"
+    return
+  fi
   cmd=(cgroup-bench --json /out/bench.json --md /out/bench.md "${args[@]}")
   log "$k: ${cmd[*]}"
   if ! tests/vm/run.sh --kernel "$img" --timeout "$vm_timeout" --mem "$mem" --out "$out/$k$suffix" \
@@ -133,6 +142,21 @@ assert s["status"] == "ok" and len(s["points"]) >= 2, s
 assert all(p["rss_kib"] > 0 for p in s["points"]), s
 print("[bench] smoke: sane", file=sys.stderr)
 PY
+}
+
+# --scrape: the guest script prints the table row.
+bench_scrape() {
+  local k=$1 img=$2 log="$out/console-$1-scrape.log"
+  local guest=(sh /scrape-guest.sh 1000 10 3)
+  if ! tests/vm/run.sh --kernel "$img" --timeout "$vm_timeout" --add "$BELOW_BIN:/below" \
+      --add tests/bench/scrape-guest.sh:/scrape-guest.sh --add tests/vm/guest-lib.sh:/guest-lib.sh \
+      -- "${guest[@]}" >"$log" 2>&1; then
+    tail -n 30 "$log" | tr -d '\r' >&2
+    return 1
+  fi
+  printf '\n## Kernel %s: one scrape\n\nReproduce: `tests/bench/run.sh --scrape --kernels %s` (guest: `%s`)\n\n' \
+    "$k" "$k" "${guest[*]}"
+  tr -d '\r' < "$log" | grep '^|'
 }
 
 for k in $kernels; do

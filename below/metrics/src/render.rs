@@ -45,6 +45,8 @@ struct Family {
     header: String,
     /// Name of its samples: the family's, `_total` added for a counter.
     sample: String,
+    /// `sample{`: where a series with labels starts.
+    open: String,
 }
 
 fn unit(u: Option<Unit>) -> Option<prometheus_client::registry::Unit> {
@@ -93,7 +95,12 @@ fn families() -> &'static [Family] {
                     Kind::Counter => format!("{}_total", family),
                     Kind::Gauge => family.to_string(),
                 };
-                Family { header, sample }
+                let open = format!("{sample}{{");
+                Family {
+                    header,
+                    sample,
+                    open,
+                }
             })
             .collect()
     })
@@ -134,6 +141,11 @@ fn push_series(out: &mut String, sample: &str, labels: &str, val: Val) {
         out.push('}');
     }
     out.push(' ');
+    push_value(out, val);
+}
+
+/// Appends the value and the line's end.
+fn push_value(out: &mut String, val: Val) {
     match val {
         Val::U(v) => out.push_str(itoa::Buffer::new().format(v)),
         Val::Usec(us) => push_secs(out, us),
@@ -181,6 +193,8 @@ struct Source<'a> {
     cgroup: Option<&'a model::CgroupSample>,
     /// `cgroup="…"`, escaped; "" for the host.
     labels: String,
+    /// `labels} `: what follows a series' name and `{` up to its value.
+    close: String,
     /// Its series admitted and not yet written: all of them, or the first
     /// few where the cap falls.
     left: usize,
@@ -270,6 +284,7 @@ pub(crate) fn render(snap: &Snapshot, f: &Filters, dropped_total: &AtomicU64) ->
     let mut sources = vec![Source {
         cgroup: None,
         labels: String::new(),
+        close: String::new(),
         left: 0,
     }];
     let mut level: Vec<(String, &model::CgroupSample)> = vec![("/".into(), &snap.cgroup)];
@@ -283,9 +298,11 @@ pub(crate) fn render(snap: &Snapshot, f: &Filters, dropped_total: &AtomicU64) ->
             if f.include.as_ref().is_none_or(|re| re.is_match(path)) {
                 let mut labels = String::new();
                 label(&mut labels, "cgroup", path);
+                let close = format!("{labels}}} ");
                 sources.push(Source {
                     cgroup: Some(cg),
                     labels,
+                    close,
                     left: 0,
                 });
             }
@@ -304,22 +321,36 @@ pub(crate) fn render(snap: &Snapshot, f: &Filters, dropped_total: &AtomicU64) ->
             &host_defs
         }
     };
-    // Series and bytes at most, per source.
+    // Series and bytes at most, per source: per kind of metric, how many
+    // and their names' length.
+    let per_kind = |defs: &[&(&Def, &Family)], kind: fn(&Read) -> bool| {
+        let d = defs.iter().filter(|(def, _)| kind(&def.read));
+        (
+            d.clone().count(),
+            d.map(|(_, f)| f.sample.len()).sum::<usize>(),
+        )
+    };
+    let one = |r: &Read| matches!(r, Read::Cgroup(_) | Read::System(_));
+    let (host_one, host_modes) = (
+        per_kind(&host_defs, one),
+        per_kind(&host_defs, |r| matches!(r, Read::CpuModes)),
+    );
+    let (cgroup_one, cgroup_devices) = (
+        per_kind(&cgroup_defs, one),
+        per_kind(&cgroup_defs, |r| matches!(r, Read::Device(_))),
+    );
     let bound = |src: &Source| {
-        let (mut n, mut size) = (0, 0);
-        for (def, fam) in defs_of(src) {
-            let k = match def.read {
-                Read::Device(_) => src
-                    .cgroup
-                    .and_then(|c| c.io_stat.as_ref())
-                    .map_or(0, |d| d.len()),
-                Read::CpuModes => CPU_MODES.len(),
-                _ => 1,
-            };
-            n += k;
-            size += k * (fam.sample.len() + src.labels.len() + EXTRA_LABEL + SERIES_SLACK);
-        }
-        (n, size)
+        let (one, (many, many_names), k) = match src.cgroup {
+            None => (host_one, host_modes, CPU_MODES.len()),
+            Some(c) => (
+                cgroup_one,
+                cgroup_devices,
+                c.io_stat.as_ref().map_or(0, |d| d.len()),
+            ),
+        };
+        let n = one.0 + many * k;
+        let line = src.labels.len() + EXTRA_LABEL + SERIES_SLACK;
+        (n, one.1 + many_names * k + n * line)
     };
     let mut budget = f.max_series - OWN_SERIES;
     let mut dropped = 0u64;
@@ -374,8 +405,20 @@ pub(crate) fn render(snap: &Snapshot, f: &Filters, dropped_total: &AtomicU64) ->
         } else {
             &mut *cgroup_sources
         };
+        if let Read::Cgroup(get) = def.read {
+            // The bulk of the text: one series per cgroup, a few appends.
+            for src in from.iter_mut().filter(|s| s.left > 0) {
+                let Some(v) = src.cgroup.and_then(get) else {
+                    continue;
+                };
+                src.left -= 1;
+                om.push_str(&fam.open);
+                om.push_str(&src.close);
+                push_value(&mut om, v);
+            }
+        }
         for src in from.iter_mut() {
-            if src.left == 0 {
+            if src.left == 0 || matches!(def.read, Read::Cgroup(_)) {
                 continue;
             }
             let left = &mut src.left;
