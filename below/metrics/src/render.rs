@@ -11,6 +11,7 @@
 //! test.rs checks that prometheus-client re-encodes our output byte for byte.
 
 use std::collections::HashSet;
+use std::ops::Range;
 use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering;
 use std::sync::OnceLock;
@@ -191,13 +192,19 @@ const SERIES_SLACK: usize = 4 + 24;
 /// Where series come from: the host (no cgroup) or one cgroup.
 struct Source<'a> {
     cgroup: Option<&'a model::CgroupSample>,
-    /// `cgroup="…"`, escaped; "" for the host.
-    labels: String,
-    /// `labels} `: what follows a series' name and `{` up to its value.
-    close: String,
+    /// In [`Texts::closes`]: `cgroup="…"} ` (label escaped), what follows a
+    /// series' name and `{` up to its value; empty for the host.
+    close: Range<usize>,
     /// Its series admitted and not yet written: all of them, or the first
     /// few where the cap falls.
     left: usize,
+}
+
+impl Source<'_> {
+    /// `cgroup="…"`, escaped; "" for the host.
+    fn labels<'t>(&self, closes: &'t str) -> &'t str {
+        &closes[self.close.start..self.close.end.saturating_sub(2).max(self.close.start)]
+    }
 }
 
 /// Calls `f` with the label text and value of each series metric `def` has
@@ -246,12 +253,16 @@ fn for_each_series(
     }
 }
 
-fn child_path(parent: &str, name: &str) -> String {
-    if parent == "/" {
-        format!("/{}", name)
-    } else {
-        format!("{}/{}", parent, name)
+/// Appends the path of child `name` of the cgroup at `parent` in `paths`
+/// to `paths`; returns where it is.
+fn child_path(paths: &mut String, parent: Range<usize>, name: &str) -> Range<usize> {
+    let start = paths.len();
+    if parent.len() > 1 {
+        paths.extend_from_within(parent);
     }
+    paths.push('/');
+    paths.push_str(name);
+    start..paths.len()
 }
 
 /// Most a series of `def` adds to a source's label text: `,device="…"`
@@ -283,31 +294,34 @@ pub(crate) fn render(snap: &Snapshot, f: &Filters, dropped_total: &AtomicU64) ->
     let (host_defs, cgroup_defs): (Vec<_>, Vec<_>) = exported.iter().partition(|(d, _)| host(d));
     let mut sources = vec![Source {
         cgroup: None,
-        labels: String::new(),
-        close: String::new(),
+        close: 0..0,
         left: 0,
     }];
-    let mut level: Vec<(String, &model::CgroupSample)> = vec![("/".into(), &snap.cgroup)];
+    // Paths and label texts of all cgroups, each in one string (a few
+    // allocations per scrape, not a few per cgroup).
+    let mut paths = String::from("/");
+    let mut closes = String::new();
+    let mut level = vec![(0..1, &snap.cgroup)];
     let mut depth = 0;
     while !level.is_empty() && depth <= f.max_depth {
         let mut next = Vec::new();
-        for (path, cg) in &level {
+        for (range, cg) in &level {
+            let path = &paths[range.clone()];
             if f.exclude.as_ref().is_some_and(|re| re.is_match(path)) {
                 continue;
             }
             if f.include.as_ref().is_none_or(|re| re.is_match(path)) {
-                let mut labels = String::new();
-                label(&mut labels, "cgroup", path);
-                let close = format!("{labels}}} ");
+                let start = closes.len();
+                label(&mut closes, "cgroup", path);
+                closes.push_str("} ");
                 sources.push(Source {
                     cgroup: Some(cg),
-                    labels,
-                    close,
+                    close: start..closes.len(),
                     left: 0,
                 });
             }
             for (name, child) in cg.children.iter().flatten() {
-                next.push((child_path(path, name), child));
+                next.push((child_path(&mut paths, range.clone(), name), child));
             }
         }
         level = next;
@@ -349,7 +363,7 @@ pub(crate) fn render(snap: &Snapshot, f: &Filters, dropped_total: &AtomicU64) ->
             ),
         };
         let n = one.0 + many * k;
-        let line = src.labels.len() + EXTRA_LABEL + SERIES_SLACK;
+        let line = src.close.len() + EXTRA_LABEL + SERIES_SLACK;
         (n, one.1 + many_names * k + n * line)
     };
     let mut budget = f.max_series - OWN_SERIES;
@@ -366,10 +380,17 @@ pub(crate) fn render(snap: &Snapshot, f: &Filters, dropped_total: &AtomicU64) ->
         for src in &mut sources {
             let mut n = 0;
             for (def, fam) in defs_of(src) {
-                for_each_series(def, &sys, src.cgroup, &src.labels, &mut buf, |l, _| {
-                    n += 1;
-                    size += fam.sample.len() + l.len() + SERIES_SLACK;
-                });
+                for_each_series(
+                    def,
+                    &sys,
+                    src.cgroup,
+                    src.labels(&closes),
+                    &mut buf,
+                    |l, _| {
+                        n += 1;
+                        size += fam.sample.len() + l.len() + SERIES_SLACK;
+                    },
+                );
             }
             src.left = n.min(budget);
             budget -= src.left;
@@ -413,7 +434,7 @@ pub(crate) fn render(snap: &Snapshot, f: &Filters, dropped_total: &AtomicU64) ->
                 };
                 src.left -= 1;
                 om.push_str(&fam.open);
-                om.push_str(&src.close);
+                om.push_str(&closes[src.close.clone()]);
                 push_value(&mut om, v);
             }
         }
@@ -421,8 +442,9 @@ pub(crate) fn render(snap: &Snapshot, f: &Filters, dropped_total: &AtomicU64) ->
             if src.left == 0 || matches!(def.read, Read::Cgroup(_)) {
                 continue;
             }
+            let labels = src.labels(&closes);
             let left = &mut src.left;
-            for_each_series(def, &sys, src.cgroup, &src.labels, &mut buf, |l, v| {
+            for_each_series(def, &sys, src.cgroup, labels, &mut buf, |l, v| {
                 if *left > 0 {
                     *left -= 1;
                     push_series(&mut om, &fam.sample, l, v);
