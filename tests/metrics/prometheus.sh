@@ -4,13 +4,15 @@
 #  - what we serve passes `promtool check metrics`, and the OpenMetrics
 #    response has its content type and ends with `# EOF`;
 #  - Prometheus scrapes it (target up) and a PromQL rate() of a burner
-#    cgroup's CPU agrees with `below dump cgroup` over the same window.
+#    cgroup's CPU agrees with `below dump cgroup` over the same window;
+#  - Prometheus remote-writes it to VictoriaMetrics (Debian's package), where
+#    the same query over the same window agrees too (the README's setup).
 # Runs on the host (root, cgroup2 mounted); a step of tests/metrics/run.sh.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 cd "$REPO_ROOT"
 
-install_pkgs prometheus curl
+install_pkgs prometheus victoria-metrics curl
 build_release
 BELOW=$BELOW_BIN
 
@@ -70,6 +72,10 @@ grep -q "^below_cgroup_cpu_usage_seconds_total{cgroup=\"/bstats-prom-$$/burn\"}"
   || die "burner cgroup missing from /metrics"
 log "served $(grep -vc '^#' "$tmp/om.txt") series"
 
+vport=$(free_port)
+victoria-metrics -storageDataPath="$tmp/vm" -httpListenAddr="127.0.0.1:$vport" \
+  -search.latencyOffset=0s 2> "$tmp/victoria.log" &
+pids+=($!)
 pport=$(free_port)
 cat > "$tmp/prometheus.yml" <<YML
 global:
@@ -79,14 +85,16 @@ scrape_configs:
   - job_name: below
     static_configs:
       - targets: ["127.0.0.1:$port"]
+remote_write:
+  - url: http://127.0.0.1:$vport/api/v1/write
 YML
 promtool check config "$tmp/prometheus.yml" >&2
 prometheus --config.file="$tmp/prometheus.yml" --storage.tsdb.path="$tmp/tsdb" \
   --web.listen-address="127.0.0.1:$pport" 2> "$tmp/prometheus.log" &
 pids+=($!)
 api=http://127.0.0.1:$pport/api/v1
-query() { # query PROMQL [TIME] → the first result's value, or nothing
-  curl -sf "$api/query" --data-urlencode "query=$1" ${2:+--data-urlencode "time=$2"} |
+query() { # query PROMQL [TIME [API]] → the first result's value, or nothing
+  curl -sf "${3:-$api}/query" --data-urlencode "query=$1" ${2:+--data-urlencode "time=$2"} |
     python3 -c 'import json,sys; r=json.load(sys.stdin)["data"]["result"]; print(r[0]["value"][1] if r else "")'
 }
 up() { [ "$(query 'up{job="below"}')" = 1 ]; }
@@ -97,8 +105,13 @@ sleep $((WINDOW + 10))
 # The window ends a few seconds back so both sides have every sample in it.
 end=$(( $(date +%s) - 3 ))
 begin=$((end - WINDOW))
-prom=$(query "rate(below_cgroup_cpu_usage_seconds_total{cgroup=\"/bstats-prom-$$/burn\"}[${WINDOW}s])" "$end")
+rate="rate(below_cgroup_cpu_usage_seconds_total{cgroup=\"/bstats-prom-$$/burn\"}[${WINDOW}s])"
+prom=$(query "$rate" "$end")
 [ -n "$prom" ] || die "PromQL returned no rate for the burner cgroup"
+# Remote write sends in batches every few seconds; the window ended 3 s ago.
+vm() { [ -n "$(query "$rate" "$end" "http://127.0.0.1:$vport/api/v1")" ]; }
+wait_for 30 vm || { tail -20 "$tmp/victoria.log"; die "VictoriaMetrics has no remote-written rate for the burner"; }
+victoria=$(query "$rate" "$end" "http://127.0.0.1:$vport/api/v1")
 # below's own per-interval CPU usage of the cgroup, averaged over the window.
 "$BELOW" --config "$tmp/below.conf" dump cgroup -b "$(date -d "@$begin" '+%F %T')" \
   -e "$(date -d "@$end" '+%F %T')" -f full_path cpu.usage_pct -O json > "$tmp/dump.json"
@@ -114,12 +127,16 @@ print(sum(vals) / len(vals) if vals else "")
 PY
 )
 [ -n "$dump" ] || die "below dump has no CPU usage for the burner cgroup"
-log "burner CPU over [$begin, $end]: PromQL rate $prom cores, below dump $dump cores"
-python3 - "$prom" "$dump" "$TOL_PCT" <<'PY' || die "PromQL and below dump disagree"
+log "burner CPU over [$begin, $end]: PromQL rate $prom cores (Prometheus), $victoria (VictoriaMetrics), below dump $dump cores"
+agree() { # agree A B WHAT
+python3 - "$1" "$2" "$TOL_PCT" <<'PY' || die "$3 disagree"
 import sys
 p, d, tol = float(sys.argv[1]), float(sys.argv[2]), float(sys.argv[3])
 diff = abs(p - d) / max(p, d)
 print(f"[metrics] difference {100 * diff:.1f}% (tolerance {tol:.0f}%)", file=sys.stderr)
 sys.exit(0 if p > 0.01 and diff <= tol / 100 else 1)
 PY
+}
+agree "$prom" "$dump" "PromQL (Prometheus) and below dump"
+agree "$victoria" "$dump" "PromQL (VictoriaMetrics, remote-written) and below dump"
 log "passed"
