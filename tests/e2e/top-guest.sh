@@ -80,7 +80,8 @@ backend=${1:-bpf}
 sleep 2
 ok=1
 record_check quiet || ok=0
-[ $ok = 0 ] || record_check churn || ok=0
+# Churn moves BPF records between passes; plain read has no passes to move.
+[ $ok = 0 ] || [ "$backend" != bpf ] || record_check churn || ok=0
 # shellcheck disable=SC2086 # one word per pid
 kill $pids 2>/dev/null || true
 wait 2>/dev/null || true
