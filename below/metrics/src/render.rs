@@ -426,30 +426,31 @@ pub(crate) fn render(snap: &Snapshot, f: &Filters, dropped_total: &AtomicU64) ->
         } else {
             &mut *cgroup_sources
         };
-        if let Read::Cgroup(get) = def.read {
+        match def.read {
             // The bulk of the text: one series per cgroup, a few appends.
-            for src in from.iter_mut().filter(|s| s.left > 0) {
-                let Some(v) = src.cgroup.and_then(get) else {
-                    continue;
-                };
-                src.left -= 1;
-                om.push_str(&fam.open);
-                om.push_str(&closes[src.close.clone()]);
-                push_value(&mut om, v);
-            }
-        }
-        for src in from.iter_mut() {
-            if src.left == 0 || matches!(def.read, Read::Cgroup(_)) {
-                continue;
-            }
-            let labels = src.labels(&closes);
-            let left = &mut src.left;
-            for_each_series(def, &sys, src.cgroup, labels, &mut buf, |l, v| {
-                if *left > 0 {
-                    *left -= 1;
-                    push_series(&mut om, &fam.sample, l, v);
+            Read::Cgroup(get) => {
+                for src in from.iter_mut().filter(|s| s.left > 0) {
+                    let Some(v) = src.cgroup.and_then(get) else {
+                        continue;
+                    };
+                    src.left -= 1;
+                    om.push_str(&fam.open);
+                    om.push_str(&closes[src.close.clone()]);
+                    push_value(&mut om, v);
                 }
-            });
+            }
+            _ => {
+                for src in from.iter_mut().filter(|s| s.left > 0) {
+                    let labels = src.labels(&closes);
+                    let left = &mut src.left;
+                    for_each_series(def, &sys, src.cgroup, labels, &mut buf, |l, v| {
+                        if *left > 0 {
+                            *left -= 1;
+                            push_series(&mut om, &fam.sample, l, v);
+                        }
+                    });
+                }
+            }
         }
         // A metric without series is left out, header and all.
         if om.len() == body {

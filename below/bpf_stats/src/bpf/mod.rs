@@ -182,28 +182,24 @@ impl BpfBackend {
             for (&i, &k) in self.records.iter().zip(keep.iter()) {
                 records[i].want = k as u64;
             }
-            // The chosen ids, taken now: a pass that grows the map replaces
-            // these records.
-            let kept: HashSet<u64> = if complete {
-                HashSet::new()
-            } else {
-                (self.records.iter().zip(keep.iter()))
+            if !complete {
+                // The chosen ids, taken now: a pass that grows the map
+                // replaces these records.
+                let kept: HashSet<u64> = (self.records.iter().zip(keep.iter()))
                     .filter(|(_, &k)| k)
                     .map(|(&i, _)| records[i].id)
-                    .collect()
-            };
-            if !complete {
-                pass = self.run(walker, contract::PASS_WANTED, 0)?;
-            }
-            if !complete && (pass.moved || pass.cgroups != n) {
-                pass = self.run(walker, contract::PASS_FULL, 0)?;
-                self.index(pass.cgroups, need_paths, keep_re.as_ref());
-                let records = self.loaded.records(pass.cgroups);
-                *keep = self
-                    .records
-                    .iter()
-                    .map(|&i| kept.contains(&records[i].id))
                     .collect();
+                pass = self.run(walker, contract::PASS_WANTED, 0)?;
+                if pass.moved || pass.cgroups != n {
+                    pass = self.run(walker, contract::PASS_FULL, 0)?;
+                    self.index(pass.cgroups, need_paths, keep_re.as_ref());
+                    let records = self.loaded.records(pass.cgroups);
+                    *keep = self
+                        .records
+                        .iter()
+                        .map(|&i| kept.contains(&records[i].id))
+                        .collect();
+                }
             }
         }
         self.last_pass = (crate::thread_cpu_time() - cpu, wall.elapsed());
