@@ -231,11 +231,19 @@ static __always_inline void fill_cpuset(struct record *r, struct cgroup *cgrp)
 	r->mems_effective = BPF_CORE_READ(cs, effective_mems.bits[0]);
 }
 
+/* An event this kernel does not count (sock_throttled is new) is ABSENT. */
 #define EVENT(key, event)                                                             \
-	r->events[EV_##key] = BPF_CORE_READ(                                          \
-		memcg, memory_events[bpf_core_enum_value(enum memcg_memory_event, event)].counter); \
-	r->events_local[EV_##key] = BPF_CORE_READ(                                    \
-		memcg, memory_events_local[bpf_core_enum_value(enum memcg_memory_event, event)].counter);
+	if (bpf_core_enum_value_exists(enum memcg_memory_event, event)) {             \
+		r->events[EV_##key] = BPF_CORE_READ(                                  \
+			memcg,                                                        \
+			memory_events[bpf_core_enum_value(enum memcg_memory_event, event)].counter); \
+		r->events_local[EV_##key] = BPF_CORE_READ(                            \
+			memcg,                                                        \
+			memory_events_local[bpf_core_enum_value(enum memcg_memory_event, event)].counter); \
+	} else {                                                                      \
+		r->events[EV_##key] = ABSENT;                                         \
+		r->events_local[EV_##key] = ABSENT;                                   \
+	}
 
 /* memory_numa_stat_show() reads memcg->nodeinfo[nid]->lruvec_stats->state[]
  * after the flush at the walk root; clamp like lruvec_page_state(). The

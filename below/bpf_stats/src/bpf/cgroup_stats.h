@@ -105,7 +105,10 @@ enum ctrl_bit { CONTROLLERS(CTRL_ENUM) NR_CTRL };
 	X(file_mapped, NODE_STAT(NR_FILE_MAPPED))                             \
 	X(file_dirty, NODE_STAT(NR_FILE_DIRTY))                               \
 	X(file_writeback, NODE_STAT(NR_WRITEBACK))                            \
+	X(swapcached, NODE_STAT(NR_SWAPCACHE))                                \
 	X(anon_thp, NODE_STAT(NR_ANON_THPS))                                  \
+	X(file_thp, NODE_STAT(NR_FILE_THPS))                                  \
+	X(shmem_thp, NODE_STAT(NR_SHMEM_THPS))                                \
 	X(inactive_anon, NODE_STAT(NR_INACTIVE_ANON))                         \
 	X(active_anon, NODE_STAT(NR_ACTIVE_ANON))                             \
 	X(inactive_file, NODE_STAT(NR_INACTIVE_FILE))                         \
@@ -190,7 +193,8 @@ enum psi_row { PSI_ROWS(PSI_ENUM) NR_PSI_ROWS };
 	X(high, MEMCG_HIGH)                                                   \
 	X(max, MEMCG_MAX)                                                     \
 	X(oom, MEMCG_OOM)                                                     \
-	X(oom_kill, MEMCG_OOM_KILL)
+	X(oom_kill, MEMCG_OOM_KILL)                                           \
+	X(sock_throttled, MEMCG_SOCK_THROTTLED)
 #define EV_ENUM(key, event) EV_##key,
 enum memcg_event { MEMCG_EVENTS(EV_ENUM) NR_EVENTS };
 

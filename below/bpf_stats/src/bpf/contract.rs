@@ -53,37 +53,64 @@ macro_rules! controllers {
     };
 }
 
+/// A key of a list, which build.rs marks `absent key` when the cgroupfs
+/// structs this crate is built with have no field for it.
+macro_rules! key {
+    (absent $key:ident) => {
+        stringify!($key)
+    };
+    ($key:ident) => {
+        stringify!($key)
+    };
+}
+
+/// The field of `$ty` a key names (None: `$ty` has none).
+macro_rules! field {
+    ($ty:ty, absent $key:ident) => {
+        None
+    };
+    ($ty:ty, $key:ident) => {
+        Some({
+            fn get(s: &mut $ty) -> &mut Option<u64> {
+                &mut s.$key
+            }
+            get as Field<$ty>
+        })
+    };
+}
+
 /// The fields of `$ty` named by the keys, in list (= record slot) order,
 /// and a lookup by key for the text parsers.
 macro_rules! keyed_fields {
-    ($ty:ty, $fields:ident, $lookup:ident, $($key:ident)*) => {
-        pub(crate) const $fields: &[Field<$ty>] = &[$(|s| &mut s.$key,)*];
+    ($ty:ty, $fields:ident, $lookup:ident, $(($($key:ident)+))*) => {
+        pub(crate) const $fields: &[Option<Field<$ty>>] = &[$(field!($ty, $($key)+),)*];
 
         pub(crate) fn $lookup<'a>(s: &'a mut $ty, key: &str) -> Option<&'a mut Option<u64>> {
-            match key {
-                $(stringify!($key) => Some(&mut s.$key),)*
+            let field: Option<Field<$ty>> = match key {
+                $(key!($($key)+) => field!($ty, $($key)+),)*
                 _ => None,
-            }
+            };
+            field.map(|f| f(s))
         }
     };
 }
 
 /// memory.stat keys: `record.memstat[]` (`enum memstat_slot`).
 macro_rules! memstat_keys {
-    ($(($key:ident, $($c:tt)*))*) => {
-        keyed_fields!(MemoryStat, MEMSTAT_FIELDS, memory_stat_field, $($key)*);
+    ($(($($key:ident)+, $($c:tt)*))*) => {
+        keyed_fields!(MemoryStat, MEMSTAT_FIELDS, memory_stat_field, $(($($key)+))*);
         #[cfg(test)]
-        pub(crate) const MEMSTAT_KEYS: &[&str] = &[$(stringify!($key),)*];
+        pub(crate) const MEMSTAT_KEYS: &[&str] = &[$(key!($($key)+),)*];
     };
 }
 
 /// memory.events keys: `record.events[]`, `.events_local[]`.
 macro_rules! memcg_events {
-    ($(($key:ident, $event:ident))*) => {
-        keyed_fields!(MemoryEvents, EVENTS_FIELDS, memory_events_field, $($key)*);
-        keyed_fields!(MemoryEventsLocal, EVENTS_LOCAL_FIELDS, memory_events_local_field, $($key)*);
+    ($(($($key:ident)+, $event:ident))*) => {
+        keyed_fields!(MemoryEvents, EVENTS_FIELDS, memory_events_field, $(($($key)+))*);
+        keyed_fields!(MemoryEventsLocal, EVENTS_LOCAL_FIELDS, memory_events_local_field, $(($($key)+))*);
         #[cfg(test)]
-        pub(crate) const MEMCG_EVENT_KEYS: &[&str] = &[$(stringify!($key),)*];
+        pub(crate) const MEMCG_EVENT_KEYS: &[&str] = &[$(key!($($key)+),)*];
     };
 }
 
@@ -104,14 +131,14 @@ pub(crate) struct NumaItem {
 
 /// memory.numa_stat lines: `record.numa[node][]` (`enum numa_item`).
 macro_rules! numa_items {
-    ($(($key:ident, $item:ident, $unit:ident))*) => {
-        keyed_fields!(MemoryNumaStat, NUMA_FIELDS, numa_stat_field, $($key)*);
+    ($(($($key:ident)+, $item:ident, $unit:ident))*) => {
+        keyed_fields!(MemoryNumaStat, NUMA_FIELDS, numa_stat_field, $(($($key)+))*);
         pub(crate) const NUMA_ITEMS: &[NumaItem] = &[$(NumaItem {
             item: stringify!($item),
             unit: Unit::$unit,
         },)*];
         #[cfg(test)]
-        pub(crate) const NUMA_KEYS: &[&str] = &[$(stringify!($key),)*];
+        pub(crate) const NUMA_KEYS: &[&str] = &[$(key!($($key)+),)*];
     };
 }
 

@@ -79,10 +79,15 @@ fn record_slots_agree() {
     assert_eq!(r.cpus_effective.len(), CPU_WORDS);
 }
 
+/// Fields the lists leave to the text: memory.stat and memory.numa_stat
+/// print hugetlb only on a cgroup2 mounted with memory_hugetlb_accounting,
+/// which the program does not know (newer cgroupfs structs have it).
+const NOT_IN_LISTS: &[&str] = &["hugetlb"];
+
 /// Every field of `T` set through `fields`: the list covers what below keeps.
-fn covers<T: Default + serde::Serialize>(fields: &[Field<T>]) {
+fn covers<T: Default + serde::Serialize>(fields: &[Option<Field<T>>]) {
     let mut s = T::default();
-    for f in fields {
+    for f in fields.iter().flatten() {
         *f(&mut s) = Some(1);
     }
     let json = serde_json::to_value(&s).unwrap();
@@ -90,7 +95,7 @@ fn covers<T: Default + serde::Serialize>(fields: &[Field<T>]) {
         .as_object()
         .unwrap()
         .iter()
-        .filter(|(_, v)| v.is_null())
+        .filter(|(k, v)| v.is_null() && !NOT_IN_LISTS.contains(&k.as_str()))
         .map(|(k, _)| k.clone())
         .collect();
     assert!(unset.is_empty(), "not in the list: {unset:?}");
@@ -108,9 +113,14 @@ fn lists_cover_below_fields() {
 fn lookups_agree_with_fields() {
     for (key, field) in MEMSTAT_KEYS.iter().zip(MEMSTAT_FIELDS) {
         let (mut a, mut b) = (MemoryStat::default(), MemoryStat::default());
-        *field(&mut a) = Some(7);
-        *memory_stat_field(&mut b, key).unwrap() = Some(7);
-        assert_eq!(a, b, "{key}");
+        match field {
+            Some(field) => {
+                *field(&mut a) = Some(7);
+                *memory_stat_field(&mut b, key).unwrap() = Some(7);
+                assert_eq!(a, b, "{key}");
+            }
+            None => assert!(memory_stat_field(&mut b, key).is_none(), "{key}"),
+        }
     }
     assert!(memory_stat_field(&mut MemoryStat::default(), "no_such_key").is_none());
 }

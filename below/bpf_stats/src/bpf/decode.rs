@@ -1,4 +1,4 @@
-//! From a record to below's `CgroupSample`: plain functions over the
+//! From a record to cgroupfs's stat structs: plain functions over the
 //! record's bytes, in the units and encodings the text files use. Nothing
 //! here needs a loaded program (tests build records by hand).
 //!
@@ -18,23 +18,21 @@ use cgroupfs::CpuStat;
 use cgroupfs::Cpuset;
 use cgroupfs::IoPressure;
 use cgroupfs::MemNodes;
+use cgroupfs::MemoryEvents;
+use cgroupfs::MemoryEventsLocal;
 use cgroupfs::MemoryNumaStat;
 use cgroupfs::MemoryPressure;
 use cgroupfs::MemoryStat;
 use cgroupfs::Pressure;
 use cgroupfs::PressureMetrics;
-use model::CgroupSample;
 
 use super::contract::*;
-use super::probe::NumaLayout;
-use crate::FileSet;
-use crate::StatFile;
-use crate::TopBy;
+use super::kernel::NumaLayout;
 
 /// `PID_MAX_LIMIT + 1` on 64-bit: pids.max prints "max" at or above it.
-const PIDS_MAX: u64 = 4 * 1024 * 1024 + 1;
+pub(crate) const PIDS_MAX: u64 = 4 * 1024 * 1024 + 1;
 /// cfs_bandwidth quota without a limit.
-const RUNTIME_INF: u64 = u64::MAX;
+pub(crate) const RUNTIME_INF: u64 = u64::MAX;
 
 /// What decoding needs besides the record: the machine's limits and the
 /// last pass's global state.
@@ -53,166 +51,41 @@ pub(crate) struct Decoder {
 pub(crate) type PrevCputime = HashMap<u64, (u64, u64)>;
 
 impl Decoder {
-    /// The sample of `files` a record holds. The root's cpu.stat and
-    /// pressure are left out (the kernel fills them from system-wide state).
-    pub(crate) fn sample(
-        &self,
-        r: &Record,
-        files: FileSet,
-        prev: &mut PrevCputime,
-    ) -> CgroupSample {
-        let want = |f| files.contains(f);
-        let has = |flag| r.flags & flag != 0;
-        let root = r.level == 0;
-        let mut s = CgroupSample {
-            inode_number: Some(r.id as i64),
-            ..Default::default()
-        };
-        if want(StatFile::CgroupStat) {
-            s.cgroup_stat = Some(CgroupStat {
-                nr_descendants: Some(r.nr_descendants),
-                nr_dying_descendants: Some(r.nr_dying_descendants),
-            });
-        }
-        if want(StatFile::CgroupControllers) {
-            s.cgroup_controllers = Some(controller_names(r.controllers));
-        }
-        if want(StatFile::CgroupSubtreeControl) {
-            s.cgroup_subtree_control = Some(controller_names(r.subtree_control));
-        }
-        if want(StatFile::CpuStat) && !root && has(HAS_BSTAT) {
-            s.cpu_stat = Some(cpu_stat(r, prev));
-        }
-        if want(StatFile::CpuPressure) && !root && has(HAS_PSI) {
-            s.pressure = Some(pressure(r));
-        }
-        if !root && has(HAS_PIDS) {
-            if want(StatFile::PidsCurrent) {
-                s.tids_current = Some(r.pids_current);
-            }
-            if want(StatFile::PidsMax) {
-                s.tids_max = Some(if r.pids_limit >= PIDS_MAX {
-                    -1
-                } else {
-                    r.pids_limit as i64
-                });
-            }
-        }
-        if !root && has(HAS_CPU) {
-            if want(StatFile::CpuWeight) {
-                s.cpu_weight = Some(cpu_weight(r.weight));
-            }
-            if want(StatFile::CpuMax) && r.period_ns != ABSENT {
-                s.cpu_max = Some(CpuMax {
-                    max_usec: if r.quota_ns == RUNTIME_INF {
-                        -1
-                    } else {
-                        (r.quota_ns / 1000) as i64
-                    },
-                    period_usec: r.period_ns / 1000,
-                });
-            }
-        }
-        if has(HAS_CPUSET) {
-            self.cpuset(r, files, &mut s);
-        }
-        if want(StatFile::MemoryStat) && has(HAS_MEMSTAT) {
-            s.memory_stat = Some(memory_stat(r));
-        }
-        if want(StatFile::MemoryNumaStat) && has(HAS_NUMA) {
-            s.memory_numa_stat = self.numa_stat(r);
-        }
-        if !root && has(HAS_MEMCG) {
-            self.memcg(r, files, &mut s);
-        }
-        s
-    }
-
-    /// The value top-N ranks `r` by, in the units of [`TopBy::value`];
-    /// `None` for what the record does not hold (io.stat) or the cgroup
-    /// does not have. The root is never ranked.
-    pub(crate) fn rank_value(&self, r: &Record, by: TopBy) -> Option<u64> {
-        let has = |flag| r.flags & flag != 0 && r.level != 0;
-        match by {
-            TopBy::Cpu => has(HAS_BSTAT).then_some(r.usage_ns / 1000),
-            TopBy::Memory => has(HAS_MEMCG).then(|| r.mem_usage * self.page_size),
-            TopBy::Pressure => has(HAS_PSI).then(|| {
-                let t = PsiRows::from_fn(|i| r.psi_total_ns[i] / 1000);
-                t.cpu_some + t.io_some + t.memory_some
-            }),
-            TopBy::Io => None,
-        }
-    }
-
-    fn cpuset(&self, r: &Record, files: FileSet, s: &mut CgroupSample) {
-        let root = r.level == 0;
-        let cpus = |words: &[u64]| Cpuset {
+    /// cpuset.cpus(.effective) from its mask words.
+    pub(crate) fn cpus(&self, words: &[u64]) -> Cpuset {
+        Cpuset {
             cpus: bits(words, self.cpus),
-        };
-        let nodes = |word: u64| MemNodes {
-            nodes: bits(&[word], self.nodes),
-        };
-        if files.contains(StatFile::CpusetCpus) && !root {
-            s.cpuset_cpus = Some(cpus(&r.cpus));
-        }
-        if files.contains(StatFile::CpusetCpusEffective) {
-            s.cpuset_cpus_effective = Some(cpus(&r.cpus_effective));
-        }
-        if files.contains(StatFile::CpusetMems) && !root {
-            s.cpuset_mems = Some(nodes(r.mems));
-        }
-        if files.contains(StatFile::CpusetMemsEffective) {
-            s.cpuset_mems_effective = Some(nodes(r.mems_effective));
         }
     }
 
-    /// The memcg's page counters and event arrays.
-    fn memcg(&self, r: &Record, files: FileSet, s: &mut CgroupSample) {
-        let want = |f| files.contains(f);
-        let page = self.page_size;
-        // Page counters hold pages; "max" is PAGE_COUNTER_MAX.
-        let counter_max = i64::MAX as u64 / page;
-        let limit = |v: u64| {
-            Some(if v == counter_max {
-                -1
-            } else {
-                (v * page) as i64
-            })
-        };
-        if want(StatFile::MemoryCurrent) {
-            s.memory_current = Some((r.mem_usage * page) as i64);
+    /// cpuset.mems(.effective) from its mask.
+    pub(crate) fn mems(&self, word: u64) -> MemNodes {
+        MemNodes {
+            nodes: bits(&[word], self.nodes),
         }
-        if want(StatFile::MemorySwapCurrent) {
-            s.memory_swap_current = Some((r.swap_usage * page) as i64);
+    }
+
+    /// Bytes of a page counter (pages), or -1 for "max" (PAGE_COUNTER_MAX).
+    pub(crate) fn limit(&self, pages: u64) -> i64 {
+        if pages == i64::MAX as u64 / self.page_size {
+            -1
+        } else {
+            (pages * self.page_size) as i64
         }
-        if want(StatFile::MemoryMin) {
-            s.memory_min = limit(r.mem_min);
-        }
-        if want(StatFile::MemoryLow) {
-            s.memory_low = limit(r.mem_low);
-        }
-        if want(StatFile::MemoryHigh) {
-            s.memory_high = limit(r.mem_high);
-        }
-        if want(StatFile::MemoryMax) {
-            s.memory_max = limit(r.mem_max);
-        }
-        if want(StatFile::MemorySwapMax) {
-            s.memory_swap_max = limit(r.swap_max);
-        }
-        if want(StatFile::MemoryZswapMax) && r.zswap_max != ABSENT {
-            s.memory_zswap_max = limit(r.zswap_max);
-        }
-        if want(StatFile::MemoryEvents) {
-            s.memory_events = Some(fields(EVENTS_FIELDS, &r.events));
-        }
-        if want(StatFile::MemoryEventsLocal) {
-            s.memory_events_local = Some(fields(EVENTS_LOCAL_FIELDS, &r.events_local));
-        }
+    }
+
+    /// memory.zswap.max, if the kernel has it.
+    pub(crate) fn zswap_max(&self, r: &Record) -> Option<i64> {
+        (r.zswap_max != ABSENT).then(|| self.limit(r.zswap_max))
+    }
+
+    /// Bytes of a page count.
+    pub(crate) fn bytes(&self, pages: u64) -> i64 {
+        (pages * self.page_size) as i64
     }
 
     /// memory.numa_stat: the nodes the text prints, in its units.
-    fn numa_stat(&self, r: &Record) -> Option<BTreeMap<u32, MemoryNumaStat>> {
+    pub(crate) fn numa_stat(&self, r: &Record) -> Option<BTreeMap<u32, MemoryNumaStat>> {
         let layout = self.numa?;
         let stats = (0..r.numa.len())
             .filter(|n| self.memory_nodes & (1 << n) != 0)
@@ -220,7 +93,7 @@ impl Decoder {
                 let mut m = MemoryNumaStat::default();
                 let items = NUMA_ITEMS.iter().zip(NUMA_FIELDS).zip(&layout);
                 for (((item, field), &idx), &v) in items.zip(&r.numa[n]) {
-                    if idx != NUMA_NO_IDX {
+                    if let (Some(field), true) = (field, idx != NUMA_NO_IDX) {
                         *field(&mut m) = Some(
                             v * match item.unit {
                                 Unit::Page => self.page_size,
@@ -237,22 +110,63 @@ impl Decoder {
     }
 }
 
+/// Whether the record holds the groups of `flag` (a HAS_* bit).
+pub(crate) fn has(r: &Record, flag: u32) -> bool {
+    r.flags & flag != 0
+}
+
+pub(crate) fn cgroup_stat(r: &Record) -> CgroupStat {
+    CgroupStat {
+        nr_descendants: Some(r.nr_descendants),
+        nr_dying_descendants: Some(r.nr_dying_descendants),
+    }
+}
+
+/// pids.max: -1 for "max".
+pub(crate) fn pids_max(r: &Record) -> i64 {
+    if r.pids_limit >= PIDS_MAX {
+        -1
+    } else {
+        r.pids_limit as i64
+    }
+}
+
+/// cpu.max, if the kernel has cfs bandwidth.
+pub(crate) fn cpu_max(r: &Record) -> Option<CpuMax> {
+    (r.period_ns != ABSENT).then_some(CpuMax {
+        max_usec: if r.quota_ns == RUNTIME_INF {
+            -1
+        } else {
+            (r.quota_ns / 1000) as i64
+        },
+        period_usec: r.period_ns / 1000,
+    })
+}
+
+pub(crate) fn memory_events(r: &Record) -> MemoryEvents {
+    fields(EVENTS_FIELDS, &r.events)
+}
+
+pub(crate) fn memory_events_local(r: &Record) -> MemoryEventsLocal {
+    fields(EVENTS_LOCAL_FIELDS, &r.events_local)
+}
+
 /// A below struct from record slots in list order; ABSENT stays None.
-fn fields<T: Default>(fields: &[Field<T>], values: &[u64]) -> T {
+fn fields<T: Default>(fields: &[Option<Field<T>>], values: &[u64]) -> T {
     let mut s = T::default();
     for (field, &v) in fields.iter().zip(values) {
-        if v != ABSENT {
+        if let (Some(field), true) = (field, v != ABSENT) {
             *field(&mut s) = Some(v);
         }
     }
     s
 }
 
-fn memory_stat(r: &Record) -> MemoryStat {
+pub(crate) fn memory_stat(r: &Record) -> MemoryStat {
     fields(MEMSTAT_FIELDS, &r.memstat)
 }
 
-fn cpu_stat(r: &Record, prev: &mut PrevCputime) -> CpuStat {
+pub(crate) fn cpu_stat(r: &Record, prev: &mut PrevCputime) -> CpuStat {
     // Start from the newer of the kernel's prev_cputime (moved by text
     // readers) and ours, as the text would.
     let kernel = (r.prev_utime_ns, r.prev_stime_ns);
@@ -275,7 +189,7 @@ fn cpu_stat(r: &Record, prev: &mut PrevCputime) -> CpuStat {
 
 /// The kernel's cputime_adjust(): split rtime in the raw utime:stime ratio,
 /// never letting either go below the previous result.
-fn cputime_adjust(rtime: u64, utime: u64, stime: u64, prev: (u64, u64)) -> (u64, u64) {
+pub(crate) fn cputime_adjust(rtime: u64, utime: u64, stime: u64, prev: (u64, u64)) -> (u64, u64) {
     let (prev_u, prev_s) = prev;
     if prev_u + prev_s >= rtime {
         return prev;
@@ -297,7 +211,7 @@ fn cputime_adjust(rtime: u64, utime: u64, stime: u64, prev: (u64, u64)) -> (u64,
 }
 
 /// sched_weight_to_cgroup(scale_load_down(shares)).
-fn cpu_weight(shares: u64) -> u32 {
+pub(crate) fn cpu_weight(shares: u64) -> u32 {
     let w = if shares == 0 {
         0
     } else {
@@ -306,7 +220,7 @@ fn cpu_weight(shares: u64) -> u32 {
     ((w * 100 + 512) / 1024).clamp(1, 10000) as u32
 }
 
-fn pressure(r: &Record) -> Pressure {
+pub(crate) fn pressure(r: &Record) -> Pressure {
     let rows = PsiRows::from_fn(|i| PressureMetrics {
         avg10: Some(load_avg(r.psi_avg[i][0])),
         avg60: Some(load_avg(r.psi_avg[i][1])),
@@ -331,13 +245,13 @@ fn pressure(r: &Record) -> Pressure {
 
 /// A psi average (11 fraction bits) as the text prints it, "%lu.%02lu",
 /// then parsed: an exact decimal divided once rounds like the parser.
-fn load_avg(v: u64) -> f64 {
+pub(crate) fn load_avg(v: u64) -> f64 {
     let int = v >> 11;
     let frac = ((v & 2047) * 100) >> 11;
     (int * 100 + frac) as f64 / 100.0
 }
 
-fn controller_names(mask: u32) -> BTreeSet<String> {
+pub(crate) fn controller_names(mask: u32) -> BTreeSet<String> {
     CONTROLLERS
         .iter()
         .enumerate()
@@ -347,7 +261,7 @@ fn controller_names(mask: u32) -> BTreeSet<String> {
 }
 
 /// Set bits below `limit`.
-fn bits(words: &[u64], limit: usize) -> BTreeSet<u32> {
+pub(crate) fn bits(words: &[u64], limit: usize) -> BTreeSet<u32> {
     (0..limit.min(words.len() * 64))
         .filter(|&b| words[b / 64] & (1 << (b % 64)) != 0)
         .map(|b| b as u32)
@@ -364,7 +278,3 @@ pub(crate) fn name(r: &Record) -> String {
         .collect();
     String::from_utf8_lossy(&bytes).into_owned()
 }
-
-#[cfg(test)]
-#[path = "decode_test.rs"]
-mod test;

@@ -30,7 +30,7 @@ use nix::errno::Errno;
 use super::contract::skel;
 use super::contract::Record;
 use super::contract::CPU_WORDS;
-use super::probe::Limits;
+use super::kernel::Limits;
 use skel::CgroupStatsSkel;
 use skel::CgroupStatsSkelBuilder;
 
@@ -115,6 +115,7 @@ pub(crate) struct Loaded {
     records: Mapping,
     bss: NonNull<skel::types::bss>,
     pub(crate) capacity: u32,
+    limits: Limits,
 }
 
 impl Drop for Loaded {
@@ -213,6 +214,7 @@ impl Loaded {
             records,
             bss,
             capacity,
+            limits: ids,
         })
     }
 
@@ -255,6 +257,26 @@ impl Loaded {
             memory_nodes: bss.memory_nodes,
             moved: bss.moved != 0,
         })
+    }
+
+    /// One pass of `mode` over every cgroup under `root` (the root it was
+    /// loaded with): with more cgroups than room, the map grows (a new
+    /// load) and the pass runs again.
+    pub(crate) fn run_all(
+        &mut self,
+        root: BorrowedFd,
+        mode: usize,
+        rank_groups: u32,
+    ) -> Result<Pass> {
+        loop {
+            let pass = self.run(mode, rank_groups)?;
+            if pass.cgroups <= self.capacity {
+                return Ok(pass);
+            }
+            let cap = pass.cgroups.saturating_mul(2).next_power_of_two();
+            *self = Loaded::new(root, cap, self.limits)
+                .with_context(|| format!("cannot grow the records map to {cap} cgroups"))?;
+        }
     }
 
     pub(crate) fn records(&self, n: u32) -> &[Record] {

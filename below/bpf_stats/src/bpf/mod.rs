@@ -14,25 +14,25 @@
 
 pub(crate) mod contract;
 mod decode;
+mod kernel;
 mod load;
 mod probe;
+mod sample;
 
 use std::collections::HashMap;
 use std::collections::HashSet;
 use std::time::Duration;
 use std::time::Instant;
 
-use anyhow::Context;
 use anyhow::Result;
 use regex::Regex;
 
 use self::contract::Record;
 use self::decode::Decoder;
 use self::decode::PrevCputime;
+use self::kernel::Limits;
 use self::load::Loaded;
-use self::load::Pass;
 pub(crate) use self::probe::probe;
-use self::probe::Limits;
 use crate::read::RootText;
 use crate::read::Walker;
 use crate::top::Ranker;
@@ -97,20 +97,6 @@ impl BpfBackend {
         self.loaded.run(contract::PASS_FULL, 0).map(|p| p.cgroups)
     }
 
-    /// One pass of `mode`; with more cgroups than room, the map grows and
-    /// the pass runs again.
-    fn run(&mut self, walker: &Walker, mode: usize, rank_groups: u32) -> Result<Pass> {
-        loop {
-            let pass = self.loaded.run(mode, rank_groups)?;
-            if pass.cgroups <= self.loaded.capacity {
-                return Ok(pass);
-            }
-            let cap = pass.cgroups.saturating_mul(2).next_power_of_two();
-            self.loaded = Loaded::new(walker.root_fd(), cap, self.limits)
-                .with_context(|| format!("cannot grow the records map to {cap} cgroups"))?;
-        }
-    }
-
     /// One sample: `bpf` files from the records, `text` files read as text
     /// per cgroup (relative to `walker`'s root fd). With `top`, cgroups are
     /// ranked over the records and only the selected ones decoded, unless
@@ -142,7 +128,9 @@ impl BpfBackend {
             Some(_) => contract::PASS_RANK,
             None => contract::PASS_FULL,
         };
-        let mut pass = self.run(walker, mode, rank_groups.unwrap_or(0))?;
+        let mut pass = self
+            .loaded
+            .run_all(walker.root_fd(), mode, rank_groups.unwrap_or(0))?;
         let keep_re = top.as_ref().and_then(|t| t.top.keep.clone());
         let need_paths = self.filter.is_some() || keep_re.is_some() || !text.is_empty();
         self.index(pass.cgroups, need_paths, keep_re.as_ref());
@@ -189,9 +177,13 @@ impl BpfBackend {
                     .filter(|(_, &k)| k)
                     .map(|(&i, _)| records[i].id)
                     .collect();
-                pass = self.run(walker, contract::PASS_WANTED, 0)?;
+                pass = self
+                    .loaded
+                    .run_all(walker.root_fd(), contract::PASS_WANTED, 0)?;
                 if pass.moved || pass.cgroups != n {
-                    pass = self.run(walker, contract::PASS_FULL, 0)?;
+                    pass = self
+                        .loaded
+                        .run_all(walker.root_fd(), contract::PASS_FULL, 0)?;
                     self.index(pass.cgroups, need_paths, keep_re.as_ref());
                     let records = self.loaded.records(pass.cgroups);
                     *keep = self

@@ -2,6 +2,12 @@
 //! absent (HAS_* off), values the kernel lacks (ABSENT), the root.
 
 use super::*;
+use std::collections::BTreeSet;
+
+use cgroupfs::MemoryStat;
+use cgroupfs::PressureMetrics;
+
+use crate::FileSet;
 
 const PAGE: u64 = 4096;
 
@@ -60,8 +66,8 @@ fn full() -> Record {
         mem_max: 20,
         swap_max: i64::MAX as u64 / PAGE,
         zswap_max: 3,
-        events: [1, 2, 3, 4, 5],
-        events_local: [6, 7, 8, 9, 10],
+        events: [1, 2, 3, 4, 5, 6],
+        events_local: [6, 7, 8, 9, 10, 11],
         mems: 0b11,
         mems_effective: 0b101,
         ..Default::default()

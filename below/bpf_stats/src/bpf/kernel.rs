@@ -1,0 +1,231 @@
+//! What the program is told at load, from the running kernel's BTF and
+//! sysfs: the kfuncs it has, where memory.numa_stat's values are, and the
+//! machine's CPU and node id limits.
+
+use std::ffi::OsStr;
+use std::path::Path;
+
+use libbpf_rs::btf::types;
+use libbpf_rs::btf::Btf;
+use libbpf_rs::btf::BtfKind;
+use libbpf_rs::btf::BtfType;
+
+use super::contract::*;
+
+const BTF_PATH: &str = "/sys/kernel/btf/vmlinux";
+
+/// mm/memcontrol.c `memcg_node_stat_items[]`, the order of
+/// `lruvec_stats.state[]`. The entries under #ifdef (NR_SWAPCACHE,
+/// PGPROMOTE_SUCCESS, NR_HUGETLB) are missing from `enum node_stat_item`
+/// too when configured out, so BTF tells which ones a kernel has.
+const MEMCG_NODE_STAT_ITEMS: [&str; 50] = [
+    "NR_INACTIVE_ANON",
+    "NR_ACTIVE_ANON",
+    "NR_INACTIVE_FILE",
+    "NR_ACTIVE_FILE",
+    "NR_UNEVICTABLE",
+    "NR_SLAB_RECLAIMABLE_B",
+    "NR_SLAB_UNRECLAIMABLE_B",
+    "WORKINGSET_REFAULT_ANON",
+    "WORKINGSET_REFAULT_FILE",
+    "WORKINGSET_ACTIVATE_ANON",
+    "WORKINGSET_ACTIVATE_FILE",
+    "WORKINGSET_RESTORE_ANON",
+    "WORKINGSET_RESTORE_FILE",
+    "WORKINGSET_NODERECLAIM",
+    "NR_ANON_MAPPED",
+    "NR_FILE_MAPPED",
+    "NR_FILE_PAGES",
+    "NR_FILE_DIRTY",
+    "NR_WRITEBACK",
+    "NR_SHMEM",
+    "NR_SHMEM_THPS",
+    "NR_FILE_THPS",
+    "NR_ANON_THPS",
+    "NR_VMSCAN_WRITE",
+    "NR_VMALLOC",
+    "NR_KERNEL_STACK_KB",
+    "NR_PAGETABLE",
+    "NR_SECONDARY_PAGETABLE",
+    "NR_SWAPCACHE",
+    "PGPROMOTE_SUCCESS",
+    "PGDEMOTE_KSWAPD",
+    "PGDEMOTE_DIRECT",
+    "PGDEMOTE_KHUGEPAGED",
+    "PGDEMOTE_PROACTIVE",
+    "PGSTEAL_KSWAPD",
+    "PGSTEAL_DIRECT",
+    "PGSTEAL_KHUGEPAGED",
+    "PGSTEAL_PROACTIVE",
+    "PGSTEAL_ANON",
+    "PGSTEAL_FILE",
+    "PGSCAN_KSWAPD",
+    "PGSCAN_DIRECT",
+    "PGSCAN_KHUGEPAGED",
+    "PGSCAN_PROACTIVE",
+    "PGSCAN_ANON",
+    "PGSCAN_FILE",
+    "PGROTATE_ANON",
+    "PGROTATE_FILE",
+    "PGREFILL",
+    "NR_HUGETLB",
+];
+
+/// Printed only with CONFIG_TRANSPARENT_HUGEPAGE; the items exist without.
+const THP_ITEMS: [&str; 3] = ["NR_ANON_THPS", "NR_FILE_THPS", "NR_SHMEM_THPS"];
+
+/// Per NUMA_ITEMS entry, its index in `lruvec_stats.state[]`, or
+/// NUMA_NO_IDX when this kernel does not print the line.
+pub(crate) type NumaLayout = [u32; NUMA_ITEMS.len()];
+
+/// Member names of a BTF enum, if the kernel has it.
+fn enum_names(btf: &Btf, name: &str) -> Option<Vec<String>> {
+    let e = btf.type_by_name::<types::Enum>(name)?;
+    Some(
+        e.iter()
+            .filter_map(|m| Some(m.name?.to_string_lossy().into_owned()))
+            .collect(),
+    )
+}
+
+/// The type of `member` of struct `name`, modifiers and typedefs skipped.
+fn member_type<'b>(btf: &'b Btf, name: &str, member: &str) -> Option<BtfType<'b>> {
+    let s = btf.type_by_name::<types::Struct>(name)?;
+    let m = s.iter().find(|m| m.name == Some(OsStr::new(member)))?;
+    Some(btf.type_by_id::<BtfType>(m.ty)?.skip_mods_and_typedefs())
+}
+
+/// Where memory_numa_stat_show()'s values are on the running kernel: the
+/// position of each item among the memcg_node_stat_items[] it has, which
+/// must add up to the length of `lruvec_stats.state[]` in its BTF.
+fn numa_layout(btf: &Btf) -> std::result::Result<NumaLayout, String> {
+    let items = enum_names(btf, "node_stat_item").ok_or("no enum node_stat_item in BTF")?;
+    let present: Vec<&str> = MEMCG_NODE_STAT_ITEMS
+        .into_iter()
+        .filter(|i| items.iter().any(|n| n == i))
+        .collect();
+    if member_type(btf, "mem_cgroup_per_node", "lruvec_stats").map(|t| t.kind())
+        != Some(BtfKind::Ptr)
+    {
+        return Err("unknown lruvec_stats layout: not a pointer in mem_cgroup_per_node".into());
+    }
+    let len = member_type(btf, "lruvec_stats", "state")
+        .and_then(|t| types::Array::try_from(t).ok())
+        .map(|a| a.capacity())
+        .ok_or("unknown lruvec_stats layout: no state[] array in BTF")?;
+    if len != present.len() {
+        return Err(format!(
+            "unknown lruvec_stats layout: {len} items in BTF, {} expected",
+            present.len()
+        ));
+    }
+    let thp =
+        enum_names(btf, "vm_event_item").is_some_and(|e| e.iter().any(|n| n == "THP_FAULT_ALLOC"));
+    Ok(std::array::from_fn(|n| {
+        let it = &NUMA_ITEMS[n];
+        match present.iter().position(|&p| p == it.item) {
+            Some(i) if thp || !THP_ITEMS.contains(&it.item) => i as u32,
+            _ => NUMA_NO_IDX,
+        }
+    }))
+}
+
+/// What the program is told at load: nr_cpu_ids and nr_node_ids
+/// (cpumask/nodemask bits past them are not the kernel's to show, nor
+/// allocated for cpumasks), the KF_* kfuncs the kernel's BTF has, and
+/// where memory.numa_stat's values are (None: not served).
+#[derive(Clone, Copy)]
+pub(crate) struct Limits {
+    pub(crate) cpus: usize,
+    pub(crate) nodes: usize,
+    pub(crate) kfuncs: u32,
+    pub(crate) numa: Option<NumaLayout>,
+}
+
+const MEMCG_KFUNCS: [&str; 5] = [
+    "bpf_get_mem_cgroup",
+    "bpf_put_mem_cgroup",
+    "bpf_mem_cgroup_page_state",
+    "bpf_mem_cgroup_vm_events",
+    "bpf_mem_cgroup_flush_stats",
+];
+
+/// KF_* bits for the kfuncs the running kernel's BTF declares.
+fn kfuncs_in(btf: &Btf) -> u32 {
+    let has = |name: &str| btf.type_by_name::<types::Func>(name).is_some();
+    let mut bits = 0;
+    if has("css_rstat_flush") {
+        bits |= KF_CSS_RSTAT_FLUSH;
+    } else if has("cgroup_rstat_flush") {
+        bits |= KF_CGROUP_RSTAT_FLUSH;
+    }
+    if MEMCG_KFUNCS.iter().all(|f| has(f)) {
+        bits |= KF_MEMCG;
+    }
+    bits
+}
+
+impl Limits {
+    fn of_this_machine(kfuncs: u32, numa: Option<NumaLayout>) -> Self {
+        // "0-3,8": the last id + 1.
+        let count = |list: &str| {
+            std::fs::read_to_string(list)
+                .ok()
+                .and_then(|s| s.trim().rsplit([',', '-']).next()?.parse::<usize>().ok())
+                .map_or(1, |last| last + 1)
+        };
+        Limits {
+            cpus: count("/sys/devices/system/cpu/possible"),
+            nodes: count("/sys/devices/system/node/possible"),
+            kfuncs,
+            numa,
+        }
+    }
+}
+
+/// What the running kernel's BTF says about the program's inputs.
+pub(crate) struct Kernel {
+    /// What to load the program with; `numa` only where a record holds
+    /// the machine's nodes.
+    pub(crate) limits: Limits,
+    /// CONFIG_NUMA: memory.numa_stat exists.
+    pub(crate) has_numa_stat: bool,
+    /// Where its values are, or why that is not known.
+    pub(crate) numa_layout: std::result::Result<NumaLayout, String>,
+}
+
+impl Kernel {
+    /// Reads the running kernel's BTF; Err says why there is none.
+    pub(crate) fn read() -> std::result::Result<Self, String> {
+        if !Path::new(BTF_PATH).exists() {
+            return Err(format!("no BTF at {BTF_PATH}"));
+        }
+        let btf = Btf::from_vmlinux().map_err(|e| format!("cannot read {BTF_PATH}: {e}"))?;
+        let has_numa_stat = btf.type_by_name::<types::Enum>("numa_stat_item").is_some();
+        let numa_layout = numa_layout(&btf);
+        let mut limits = Limits::of_this_machine(kfuncs_in(&btf), None);
+        if has_numa_stat && limits.nodes <= NUMA_NODES {
+            limits.numa = numa_layout.as_ref().ok().copied();
+        }
+        Ok(Kernel {
+            limits,
+            has_numa_stat,
+            numa_layout,
+        })
+    }
+}
+
+#[cfg(test)]
+mod test {
+    use super::*;
+
+    #[test]
+    fn numa_items_are_memcg_node_stat_items() {
+        for it in NUMA_ITEMS {
+            assert!(MEMCG_NODE_STAT_ITEMS.contains(&it.item), "{}", it.item);
+        }
+        for thp in THP_ITEMS {
+            assert!(NUMA_ITEMS.iter().any(|it| it.item == thp), "{thp}");
+        }
+    }
+}
