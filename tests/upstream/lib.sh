@@ -24,6 +24,28 @@ LIBCLANG_DIR=/usr/lib/llvm-19/lib
 # Bump when the harness steps below change: trees are re-prepared.
 HARNESS_VERSION=1
 
+# What the series carries verbatim: "OURS THEIRS" per line, paths from
+# each repo's root (the program and its header next to upstream's BPF C,
+# the Rust in its cgroup_bpf module).
+shared_files() {
+  local f
+  for f in cgroup_stats.bpf.c cgroup_stats.h contract_gen.rs; do
+    echo "below/bpf_stats/src/bpf/$f below/cgroupfs/src/bpf/$f"
+  done
+  for f in contract.rs contract_test.rs decode.rs kernel.rs load.rs; do
+    echo "below/bpf_stats/src/bpf/$f below/cgroupfs/src/cgroup_bpf/$f"
+  done
+}
+
+# A shared file as the series carries it: in upstream's cgroupfs crate,
+# `cgroupfs::` is `crate::`.
+shared_file() {
+  case "$1" in
+    *.rs) sed 's/\bcgroupfs::/crate::/g' "$REPO_ROOT/$1" ;;
+    *) cat "$REPO_ROOT/$1" ;;
+  esac
+}
+
 upstream_available() { [ -n "$UPSTREAM_TARBALL" ] && [ -f "$UPSTREAM_TARBALL" ]; }
 
 # The series' patches in order (cover letter excluded), for VARIANT
