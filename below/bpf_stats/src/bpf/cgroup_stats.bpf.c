@@ -73,7 +73,7 @@ static __always_inline bool have_memcg_kfuncs(void)
 	return kfuncs & KF_MEMCG;
 }
 
-#define SUBSYS_ID(name) bpf_core_enum_value(enum cgroup_subsys_id, name##_cgrp_id)
+#define SUBSYS_ID(name) bpf_core_enum_value(enum cgroup_subsys_id___opt, name##_cgrp_id___opt)
 
 static __always_inline void *own_css(struct cgroup *cgrp, int id)
 {
@@ -95,6 +95,12 @@ static __always_inline __u32 ctrl_mask(__u32 kmask)
 	return m;
 }
 
+/* u16 in 6.1, u32 in 7.x: read as u32. A u16 kernel's high half is
+ * subtree_ss_mask, whose bits ctrl_mask() never tests (ids below 16). */
+struct cgroup___bstats {
+	__u32 subtree_control;
+} __attribute__((preserve_access_index));
+
 /* Where the cgroup is: all a RANK pass writes of the tree. */
 static __always_inline struct cgroup *fill_place(struct record *r, struct cgroup *cgrp)
 {
@@ -114,11 +120,12 @@ static __always_inline void fill_tree(struct record *r, struct cgroup *cgrp)
 
 	r->nr_descendants = BPF_CORE_READ(cgrp, nr_descendants);
 	r->nr_dying_descendants = BPF_CORE_READ(cgrp, nr_dying_descendants);
-	r->subtree_control = ctrl_mask(BPF_CORE_READ(cgrp, subtree_control));
+	r->subtree_control =
+		ctrl_mask(BPF_CORE_READ((struct cgroup___bstats *)cgrp, subtree_control));
 	/* cgroup.controllers: what the parent enabled; the root shows its
 	 * hierarchy's controllers. Threaded cgroups get threaded ones only. */
 	if (parent) {
-		control = ctrl_mask(BPF_CORE_READ(parent, subtree_control));
+		control = ctrl_mask(BPF_CORE_READ((struct cgroup___bstats *)parent, subtree_control));
 		if (BPF_CORE_READ(cgrp, dom_cgrp) != cgrp)
 			control &= (1U << CTRL_cpuset) | (1U << CTRL_cpu) | (1U << CTRL_pids);
 	} else {
@@ -154,31 +161,48 @@ static __always_inline void fill_cpu(struct record *r, struct cgroup *cgrp)
 	}
 }
 
-/* psi_group.total is [aggregator][state], avg is [state][3]; flatten with
- * the running kernel's NR_PSI_STATES. */
+/* psi_group.total is [aggregator][state], avg is [state][3]: flat in the
+ * kernel's BTF (pahole flattens arrays), so flat here too for CO-RE to
+ * match. The state count varies by config: PSI_ROW() offsets by bytes
+ * with the running kernel's state values. */
+struct psi_group___bstats {
+	bool enabled;
+	__u64 total[1];
+	unsigned long avg[1];
+} __attribute__((preserve_access_index));
+
+#define PSI_STATE(row, state) state##___bstats,
+enum psi_states___bstats { PSI_ROWS(PSI_STATE) };
+
 #define PSI_ROW(row, state)                                                           \
 	do {                                                                          \
-		int s = bpf_core_enum_value(enum psi_states, state);                  \
+		int s = bpf_core_enum_value(enum psi_states___bstats, state##___bstats); \
 		bpf_core_read(&r->psi_total_ns[PSI_ROW_##row], 8, (void *)&psi->total + 8 * s); \
 		bpf_core_read(&r->psi_avg[PSI_ROW_##row], 24, (void *)&psi->avg + 24 * s); \
 	} while (0);
 
 static __always_inline void fill_psi(struct record *r, struct cgroup *cgrp)
 {
-	struct psi_group *psi;
+	struct psi_group___bstats *psi;
 
 	if (!bpf_core_field_exists(cgrp->psi))
 		return;
-	psi = BPF_CORE_READ(cgrp, psi);
+	psi = (struct psi_group___bstats *)BPF_CORE_READ(cgrp, psi);
 	if (!psi || !BPF_CORE_READ(psi, enabled))
 		return;
 	r->flags |= HAS_PSI;
 	PSI_ROWS(PSI_ROW)
 }
 
+/* The members read (CONFIG_CGROUP_PIDS). */
+struct pids_cgroup___bstats {
+	atomic64_t counter;
+	atomic64_t limit;
+} __attribute__((preserve_access_index));
+
 static __always_inline void fill_pids(struct record *r, struct cgroup *cgrp)
 {
-	struct pids_cgroup *pids = own_css(cgrp, SUBSYS_ID(pids));
+	struct pids_cgroup___bstats *pids = own_css(cgrp, SUBSYS_ID(pids));
 
 	if (!pids)
 		return;
@@ -231,19 +255,33 @@ static __always_inline void fill_cpuset(struct record *r, struct cgroup *cgrp)
 	r->mems_effective = BPF_CORE_READ(cs, effective_mems.bits[0]);
 }
 
+#define EVENT_OPT(key, event) event##___opt,
+enum memcg_memory_event___opt { MEMCG_EVENTS(EVENT_OPT) };
+
 /* An event this kernel does not count (sock_throttled is new) is ABSENT. */
 #define EVENT(key, event)                                                             \
-	if (bpf_core_enum_value_exists(enum memcg_memory_event, event)) {             \
+	if (bpf_core_enum_value_exists(enum memcg_memory_event___opt, event##___opt)) {             \
 		r->events[EV_##key] = BPF_CORE_READ(                                  \
 			memcg,                                                        \
-			memory_events[bpf_core_enum_value(enum memcg_memory_event, event)].counter); \
+			memory_events[bpf_core_enum_value(enum memcg_memory_event___opt, event##___opt)].counter); \
 		r->events_local[EV_##key] = BPF_CORE_READ(                            \
 			memcg,                                                        \
-			memory_events_local[bpf_core_enum_value(enum memcg_memory_event, event)].counter); \
+			memory_events_local[bpf_core_enum_value(enum memcg_memory_event___opt, event##___opt)].counter); \
 	} else {                                                                      \
 		r->events[EV_##key] = ABSENT;                                         \
 		r->events_local[EV_##key] = ABSENT;                                   \
 	}
+
+/* zswap_max needs CONFIG_ZSWAP. */
+struct mem_cgroup___bstats {
+	unsigned long zswap_max;
+} __attribute__((preserve_access_index));
+
+/* A pointer since 6.10: the lruvec_stats older kernels embed does not
+ * match it. */
+struct mem_cgroup_per_node___bstats {
+	struct lruvec_stats *lruvec_stats;
+} __attribute__((preserve_access_index));
 
 /* memory_numa_stat_show() reads memcg->nodeinfo[nid]->lruvec_stats->state[]
  * after the flush at the walk root; clamp like lruvec_page_state(). The
@@ -254,7 +292,7 @@ static __always_inline void fill_numa(struct record *r, struct mem_cgroup *memcg
 	__u32 state = bpf_core_field_offset(struct lruvec_stats, state);
 
 	for (__u32 nid = 0; nid < NUMA_NODES; nid++) {
-		struct mem_cgroup_per_node *pn = 0;
+		struct mem_cgroup_per_node___bstats *pn = 0;
 		void *stats;
 
 		if (nid >= numa_node_ids || !(memory_nodes & (1ULL << nid)))
@@ -290,26 +328,29 @@ static __always_inline void fill_memcg(struct record *r, struct cgroup *cgrp)
 	r->mem_max = BPF_CORE_READ(memcg, memory.max);
 	r->swap_max = BPF_CORE_READ(memcg, swap.max);
 	r->zswap_max = ABSENT;
-	if (bpf_core_field_exists(memcg->zswap_max))
-		r->zswap_max = BPF_CORE_READ(memcg, zswap_max);
+	if (bpf_core_field_exists(((struct mem_cgroup___bstats *)memcg)->zswap_max))
+		r->zswap_max = BPF_CORE_READ((struct mem_cgroup___bstats *)memcg, zswap_max);
 	MEMCG_EVENTS(EVENT)
-	if (bpf_core_field_exists(struct mem_cgroup_per_node, lruvec_stats) &&
+	if (bpf_core_field_exists(struct mem_cgroup_per_node___bstats, lruvec_stats) &&
 	    (features & FEAT_NUMA))
 		fill_numa(r, memcg);
 }
 
-#define NODE_STAT(name)                                                                \
-	(bpf_core_enum_value_exists(enum node_stat_item, name)                         \
-		 ? bpf_mem_cgroup_page_state(m, bpf_core_enum_value(enum node_stat_item, name)) \
-		 : ABSENT)
-#define MEMCG_STAT(name)                                                               \
-	(bpf_core_enum_value_exists(enum memcg_stat_item, name)                        \
-		 ? bpf_mem_cgroup_page_state(m, bpf_core_enum_value(enum memcg_stat_item, name)) \
-		 : ABSENT)
-#define VM_EVENT(name)                                                                 \
-	(bpf_core_enum_value_exists(enum vm_event_item, name)                          \
-		 ? bpf_mem_cgroup_vm_events(m, bpf_core_enum_value(enum vm_event_item, name)) \
-		 : ABSENT)
+/* An item of one of the kernel's enums, through a flavor declared where
+ * it is read: CO-RE tells whether this kernel has it and its value (items
+ * come, go and move between these enums across versions, and vmlinux.h
+ * may lack some). One flavor per item (enum node_stat_item___NR_SHMEM):
+ * same-named one-item flavors would be merged into one type. */
+#define ITEM(kfunc, type, name)                                                        \
+	({                                                                             \
+		enum type##___##name { name##___opt };                                 \
+		bpf_core_enum_value_exists(enum type##___##name, name##___opt)         \
+			? kfunc(m, bpf_core_enum_value(enum type##___##name, name##___opt)) \
+			: ABSENT;                                                      \
+	})
+#define NODE_STAT(name) ITEM(bpf_mem_cgroup_page_state, node_stat_item, name)
+#define MEMCG_STAT(name) ITEM(bpf_mem_cgroup_page_state, memcg_stat_item, name)
+#define VM_EVENT(name) ITEM(bpf_mem_cgroup_vm_events, vm_event_item, name)
 
 /* A sum as the kernel prints it: parts it lacks count as zero. */
 static __always_inline __u64 part(__u64 v)
@@ -374,7 +415,7 @@ static __always_inline void flush_at_walk_root(struct cgroup *cgrp)
 	/* Per-node stats need the memcg flush above. */
 	memory_nodes = 0;
 	if (numa_node_ids && have_memcg_kfuncs() && bpf_ksym_exists(&node_states) &&
-	    bpf_core_field_exists(struct mem_cgroup_per_node, lruvec_stats)) {
+	    bpf_core_field_exists(struct mem_cgroup_per_node___bstats, lruvec_stats)) {
 		int n_memory = bpf_core_enum_value(enum node_states, N_MEMORY);
 
 		bpf_probe_read_kernel(&memory_nodes, sizeof(memory_nodes),

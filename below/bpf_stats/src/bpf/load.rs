@@ -2,6 +2,9 @@
 //! the BPF backend (the libbpf object's lifetime, the mmapped records and
 //! .bss, the iterator fd) is here.
 
+use std::fs::File;
+use std::io::ErrorKind;
+use std::io::Read;
 use std::mem::ManuallyDrop;
 use std::mem::MaybeUninit;
 use std::os::fd::AsFd;
@@ -25,7 +28,6 @@ use libbpf_rs::Link;
 use libbpf_rs::MapCore;
 use libbpf_rs::OpenObject;
 use libbpf_rs::PrintLevel;
-use nix::errno::Errno;
 
 use super::contract::skel;
 use super::contract::Record;
@@ -235,15 +237,15 @@ impl Loaded {
             return Err(std::io::Error::last_os_error()).context("BPF_ITER_CREATE failed");
         }
         // SAFETY: freshly created, owned here.
-        let it = unsafe { OwnedFd::from_raw_fd(it) };
+        let mut it = File::from(unsafe { OwnedFd::from_raw_fd(it) });
         // The program prints nothing, so one read walks the whole tree and
         // returns 0; a 0-byte buffer would stop after the first cgroup.
         let mut buf = [0u8; 8];
         loop {
-            match nix::unistd::read(it.as_raw_fd(), &mut buf) {
+            match it.read(&mut buf) {
                 Ok(0) => break,
                 Ok(_) => continue,
-                Err(Errno::EINTR) => continue,
+                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
                 Err(e) => return Err(e).context("Reading the cgroup iterator failed"),
             }
         }
