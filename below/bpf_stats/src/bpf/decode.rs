@@ -278,3 +278,7 @@ pub(crate) fn name(r: &Record) -> String {
         .collect();
     String::from_utf8_lossy(&bytes).into_owned()
 }
+
+#[cfg(test)]
+#[path = "decode_test.rs"]
+pub(crate) mod test;

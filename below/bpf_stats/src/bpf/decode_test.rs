@@ -1,0 +1,235 @@
+//! Decoding synthetic records into the files' values and units: every
+//! field of a full record, values the kernel lacks (ABSENT), the kernel's
+//! encodings. The fixtures serve the tests of what assembles a cgroup's
+//! stats from these (a record's flags, the root).
+
+use std::collections::BTreeSet;
+
+use cgroupfs::MemoryStat;
+use cgroupfs::PressureMetrics;
+
+use super::*;
+
+pub(crate) const PAGE: u64 = 4096;
+
+pub(crate) fn decoder() -> Decoder {
+    let mut numa = [NUMA_NO_IDX; NUMA_ITEMS.len()];
+    // Only the first two items are printed by this "kernel".
+    numa[0] = 0;
+    numa[1] = 1;
+    Decoder {
+        cpus: 4,
+        nodes: 2,
+        numa: Some(numa),
+        page_size: PAGE,
+        memory_nodes: 0b01,
+    }
+}
+
+pub(crate) fn slot(keys: &[&str], key: &str) -> usize {
+    keys.iter().position(|k| *k == key).unwrap()
+}
+
+/// A non-root cgroup with every controller's state.
+pub(crate) fn full() -> Record {
+    let mut r = Record {
+        id: 42,
+        parent_id: 1,
+        level: 1,
+        flags: HAS_MEMCG
+            | HAS_MEMSTAT
+            | HAS_CPU
+            | HAS_PIDS
+            | HAS_CPUSET
+            | HAS_PSI
+            | HAS_BSTAT
+            | HAS_NUMA,
+        controllers: 0b1010,
+        subtree_control: 0b10,
+        nr_descendants: 3,
+        nr_dying_descendants: 1,
+        usage_ns: 4_000_000,
+        utime_ns: 3_000,
+        stime_ns: 1_000,
+        nr_periods: 10,
+        nr_throttled: 2,
+        throttled_ns: 5_000,
+        weight: 1024 << 10,
+        quota_ns: 50_000_000,
+        period_ns: 100_000_000,
+        pids_current: 7,
+        pids_limit: 100,
+        mem_usage: 10,
+        swap_usage: 2,
+        mem_min: 0,
+        mem_low: 1,
+        mem_high: i64::MAX as u64 / PAGE,
+        mem_max: 20,
+        swap_max: i64::MAX as u64 / PAGE,
+        zswap_max: 3,
+        events: [1, 2, 3, 4, 5, 6],
+        events_local: [6, 7, 8, 9, 10, 11],
+        mems: 0b11,
+        mems_effective: 0b101,
+        ..Default::default()
+    };
+    r.cpus[0] = 0b1_0011;
+    r.cpus_effective[0] = 0b1;
+    r.memstat = std::array::from_fn(|i| 100 + i as u64);
+    r.memstat[slot(MEMSTAT_KEYS, "zswap")] = ABSENT;
+    for (i, row) in r.psi_avg.iter_mut().enumerate() {
+        *row = [2048 * i as u64, 1024, 0];
+        r.psi_total_ns[i] = 1000 * i as u64;
+    }
+    r.numa[0] = std::array::from_fn(|i| 10 + i as u64);
+    r.numa[1] = [99; NUMA_ITEMS.len()];
+    r
+}
+
+pub(crate) fn set(bits: &[u32]) -> BTreeSet<u32> {
+    bits.iter().copied().collect()
+}
+
+#[test]
+fn full_record_decodes_in_the_files_units() {
+    let (d, r) = (decoder(), full());
+    let cg = cgroup_stat(&r);
+    assert_eq!(
+        (cg.nr_descendants, cg.nr_dying_descendants),
+        (Some(3), Some(1))
+    );
+    assert_eq!(
+        controller_names(r.controllers),
+        BTreeSet::from(["cpu".to_owned(), "memory".to_owned()])
+    );
+
+    let cpu = cpu_stat(&r, &mut PrevCputime::new());
+    assert_eq!(cpu.usage_usec, Some(4000));
+    assert_eq!((cpu.user_usec, cpu.system_usec), (Some(3000), Some(1000)));
+    assert_eq!(
+        (cpu.nr_periods, cpu.nr_throttled, cpu.throttled_usec),
+        (Some(10), Some(2), Some(5))
+    );
+    assert_eq!(cpu_weight(r.weight), 100);
+    let max = cpu_max(&r).unwrap();
+    assert_eq!((max.max_usec, max.period_usec), (50_000, 100_000));
+
+    // Rows in PSI_ROWS order: io some/full, memory some/full, cpu some/full.
+    let p = pressure(&r);
+    let row = |m: &PressureMetrics| (m.avg10.unwrap(), m.avg60.unwrap(), m.total.unwrap());
+    assert_eq!(row(&p.io.some), (0.0, 0.5, 0));
+    assert_eq!(row(&p.io.full), (1.0, 0.5, 1));
+    assert_eq!(row(&p.memory.some), (2.0, 0.5, 2));
+    assert_eq!(row(&p.memory.full), (3.0, 0.5, 3));
+    assert_eq!(row(&p.cpu.some), (4.0, 0.5, 4));
+    assert_eq!(row(p.cpu.full.as_ref().unwrap()), (5.0, 0.5, 5));
+
+    assert_eq!(pids_max(&r), 100);
+    assert_eq!(d.cpus(&r.cpus).cpus, set(&[0, 1])); // bit 4 >= nr_cpu_ids
+    assert_eq!(d.cpus(&r.cpus_effective).cpus, set(&[0]));
+    assert_eq!(d.mems(r.mems).nodes, set(&[0, 1]));
+    assert_eq!(d.mems(r.mems_effective).nodes, set(&[0])); // node 2 >= nr_node_ids
+
+    let ms = memory_stat(&r);
+    assert_eq!(ms.anon, Some(100 + slot(MEMSTAT_KEYS, "anon") as u64));
+    assert_eq!(ms.pgscan, Some(100 + slot(MEMSTAT_KEYS, "pgscan") as u64));
+    assert_eq!(ms.zswap, None, "ABSENT");
+
+    // Node 0 only (memory_nodes), the two items this kernel prints, scaled.
+    let numa = d.numa_stat(&r).unwrap();
+    assert_eq!(numa.keys().copied().collect::<Vec<_>>(), [0]);
+    let n0 = &numa[&0];
+    assert_eq!((n0.anon, n0.file), (Some(10 * PAGE), Some(11 * PAGE)));
+    assert_eq!(n0.kernel_stack, None);
+
+    assert_eq!(d.bytes(r.mem_usage), 10 * PAGE as i64);
+    assert_eq!(d.limit(r.mem_min), 0);
+    assert_eq!(d.limit(r.mem_low), PAGE as i64);
+    assert_eq!(d.limit(r.mem_high), -1, "PAGE_COUNTER_MAX is max");
+    assert_eq!(d.limit(r.mem_max), 20 * PAGE as i64);
+    assert_eq!(d.zswap_max(&r), Some(3 * PAGE as i64));
+    let ev = memory_events(&r);
+    assert_eq!(
+        (ev.low, ev.high, ev.max, ev.oom, ev.oom_kill),
+        (Some(1), Some(2), Some(3), Some(4), Some(5))
+    );
+    let ev = memory_events_local(&r);
+    assert_eq!((ev.low, ev.oom_kill), (Some(6), Some(10)));
+}
+
+#[test]
+fn absent_values_are_none() {
+    let mut r = full();
+    // No CFS bandwidth, no zswap, pids.max and cpu.max "max".
+    r.nr_periods = ABSENT;
+    r.nr_throttled = ABSENT;
+    r.throttled_ns = ABSENT;
+    r.period_ns = ABSENT;
+    r.zswap_max = ABSENT;
+    r.memstat.fill(ABSENT);
+    r.events.fill(ABSENT);
+    let cpu = cpu_stat(&r, &mut PrevCputime::new());
+    assert_eq!(
+        (cpu.nr_periods, cpu.nr_throttled, cpu.throttled_usec),
+        (None, None, None)
+    );
+    assert_eq!(cpu_max(&r), None);
+    assert_eq!(decoder().zswap_max(&r), None);
+    assert_eq!(memory_stat(&r), MemoryStat::default());
+    assert_eq!(memory_events(&r).oom_kill, None);
+
+    r.pids_limit = PIDS_MAX;
+    r.period_ns = 100_000_000;
+    r.quota_ns = RUNTIME_INF;
+    assert_eq!(pids_max(&r), -1);
+    assert_eq!(cpu_max(&r).unwrap().max_usec, -1);
+}
+
+#[test]
+fn cputime_stays_monotonic_across_samples() {
+    let mut prev = PrevCputime::new();
+    let mut r = full();
+    cpu_stat(&r, &mut prev);
+    assert_eq!(prev[&42], (3_000_000, 1_000_000));
+    // Raw ratio flips, but system time may not shrink.
+    r.usage_ns = 5_000_000;
+    r.utime_ns = 9_000;
+    r.stime_ns = 1;
+    let cpu = cpu_stat(&r, &mut prev);
+    assert_eq!((cpu.user_usec, cpu.system_usec), (Some(4000), Some(1000)));
+}
+
+#[test]
+fn names_stop_at_nul() {
+    let mut r = Record::default();
+    for (d, c) in r.name.iter_mut().zip(b"web.slice\0junk") {
+        *d = *c as _;
+    }
+    assert_eq!(name(&r), "web.slice");
+}
+
+#[test]
+fn cputime_adjust_scales_and_stays_monotonic() {
+    // 3:1 split of 1000 ns.
+    assert_eq!(cputime_adjust(1000, 300, 100, (0, 0)), (750, 250));
+    // Only system time seen: all of rtime is system.
+    assert_eq!(cputime_adjust(1000, 0, 5, (0, 0)), (0, 1000));
+    // Nothing new: the previous split stands.
+    assert_eq!(cputime_adjust(1000, 1, 1, (750, 250)), (750, 250));
+    // stime may not shrink below its previous value.
+    assert_eq!(cputime_adjust(1100, 1000, 1, (750, 250)), (850, 250));
+}
+
+#[test]
+fn converts_kernel_encodings() {
+    assert_eq!(cpu_weight(1024 << 10), 100);
+    assert_eq!(cpu_weight(10240 << 10), 1000);
+    assert_eq!(load_avg(2048 + 1024), 1.5);
+    assert_eq!(load_avg(2048 * 3 + 2047), "3.99".parse::<f64>().unwrap());
+    assert_eq!(bits(&[0b101, 1], 128), BTreeSet::from([0, 2, 64]));
+    assert_eq!(bits(&[0b101, 1], 2), BTreeSet::from([0]));
+    assert_eq!(
+        controller_names(0b1010),
+        BTreeSet::from(["cpu".to_owned(), "memory".to_owned()])
+    );
+}
