@@ -10,12 +10,15 @@
 #             1 s overhead, 3 s per bill recorder, a 4 s soak): checks that
 #             everything runs in a guest, not the numbers.
 #   --bill    the user's bill: real `below record -i 1` processes (below 0.9
-#             from crates.io, below main files / enable_cgroup_bpf, ours per
+#             from crates.io, below main files / enable_cgroup_bpf / with the
+#             series (patches/below), ours per
 #             backend and with --cgroup-top 200, the floor; each with and
 #             without --compress) at 200 / 1,000 / 5,000 / 10,000 cgroups in
 #             one guest run (debian-7.3 unless --kernels; ~1 h under TCG).
-#             below main is tests/upstream/binaries.sh's stock build (skipped
-#             without the pinned tarball) unless $BELOW_MAIN_BIN names one.
+#             below main is tests/upstream/binaries.sh's stock build and
+#             "below main + this series" its patched one (skipped without the
+#             pinned tarball) unless $BELOW_MAIN_BIN / $BELOW_MAIN_SERIES_BIN
+#             name them.
 #   --soak    RSS of `below record` over 10 min at 5,000 cgroups with churn.
 #   --scrape  one /metrics scrape against one sample of `below record
 #             --listen` at 1,000 cgroups, BPF (tests/bench/scrape-guest.sh).
@@ -53,9 +56,16 @@ if [ $mode = bill ] && [ -z "${BELOW_MAIN_BIN:-}" ]; then
   # below main's rows when its pinned tarball is here (built once, cached).
   BELOW_MAIN_BIN=$(tests/upstream/binaries.sh stock | tail -n1) || BELOW_MAIN_BIN=
 fi
+if [ $mode = bill ] && [ -n "${BELOW_MAIN_BIN:-}" ] && [ -z "${BELOW_MAIN_SERIES_BIN:-}" ]; then
+  BELOW_MAIN_SERIES_BIN=$(tests/upstream/binaries.sh patched | tail -n1) || BELOW_MAIN_SERIES_BIN=
+fi
 if [ -n "${BELOW_MAIN_BIN:-}" ]; then
   adds+=(--add "$BELOW_MAIN_BIN:/bin/below-main")
   recorder_args+=(--below-main /bin/below-main)
+fi
+if [ -n "${BELOW_MAIN_SERIES_BIN:-}" ]; then
+  adds+=(--add "$BELOW_MAIN_SERIES_BIN:/bin/below-main-series")
+  recorder_args+=(--below-main-series /bin/below-main-series)
 fi
 mem=2G suffix=
 if [ $smoke = 1 ]; then

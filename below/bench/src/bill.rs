@@ -41,6 +41,8 @@ pub struct Recorder {
 pub struct Binaries<'a> {
     pub below09: Option<&'a Path>,
     pub below_main: Option<&'a Path>,
+    /// below main with patches/below applied.
+    pub below_main_series: Option<&'a Path>,
     pub ours: Option<&'a Path>,
 }
 
@@ -69,6 +71,16 @@ pub fn recorders(b: &Binaries) -> Result<Vec<Recorder>> {
         plain.push(row(
             "main-bpf",
             "below main, enable_cgroup_bpf",
+            p,
+            &a,
+            "enable_cgroup_bpf = true\n",
+        ));
+    }
+    if let Some(p) = b.below_main_series {
+        let a = [&rec[..], &["--disable-exitstats"]].concat();
+        plain.push(row(
+            "main-series",
+            "below main + patches/below, enable_cgroup_bpf",
             p,
             &a,
             "enable_cgroup_bpf = true\n",
@@ -448,6 +460,7 @@ mod test {
         let b = Binaries {
             below09: Some(Path::new("/b09")),
             below_main: None,
+            below_main_series: None,
             ours: Some(Path::new("/ours")),
         };
         let r = recorders(&b).unwrap();

@@ -74,7 +74,8 @@ pub struct Args {
     #[arg(long, default_value_t = 300.0)]
     warmup_s: f64,
     /// bill: recorders to run, by key (below09, bpf, read, stream, floor,
-    /// main-files, main-bpf; a "-z" suffix: with --compress) [default: all
+    /// main-files, main-bpf, main-series; a "-z" suffix: with --compress)
+    /// [default: all
     /// whose binary is given]
     #[arg(long, value_delimiter = ',')]
     recorders: Vec<String>,
@@ -84,6 +85,9 @@ pub struct Args {
     /// An upstream below main build, for its bill rows
     #[arg(long)]
     below_main: Option<PathBuf>,
+    /// below main with patches/below applied, for its bill row
+    #[arg(long)]
+    below_main_series: Option<PathBuf>,
     /// bill: profile each recorder's window with this perf binary, reports
     /// in --perf-out (perf's sampling adds to the CPU measured)
     #[arg(long)]
@@ -269,6 +273,7 @@ fn main() -> Result<()> {
         let all = bill::recorders(&bill::Binaries {
             below09: args.below09.as_deref(),
             below_main: args.below_main.as_deref(),
+            below_main_series: args.below_main_series.as_deref(),
             ours: args.below.as_deref(),
         })?;
         let warmup = std::time::Duration::from_secs_f64(args.warmup_s);

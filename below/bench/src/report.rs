@@ -243,6 +243,7 @@ impl Report {
             ("--below", &a.below),
             ("--below09", &a.below09),
             ("--below-main", &a.below_main),
+            ("--below-main-series", &a.below_main_series),
         ] {
             if let Some(p) = p {
                 w.extend([flag.into(), p.display().to_string()]);
