@@ -1,10 +1,11 @@
 #!/bin/sh
-# Runs in the Debian 7.3 guest under `bstats-check frozen-tree` (run.sh):
-#   guest.sh FILES_BIN BPF_BIN
+# Runs in a guest under `bstats-check frozen-tree` (run.sh):
+#   guest.sh FILES_BIN BPF_BIN LOG_LINE
 # below main over the frozen tree: `below record -i 1` with FILES_BIN
 # reading files and BPF_BIN with enable_cgroup_bpf; BPF_BIN's iterator
-# program must be loaded and have run; `below dump cgroup` of both stores
-# must agree.
+# program must be loaded and have run, its log must have LOG_LINE (what
+# it says it serves, or why a file is read), and `below dump cgroup` of
+# both stores must agree.
 set -eu
 : "${TREE:?run me under bstats-check frozen-tree}"
 # shellcheck source=tests/e2e/dump-rows.sh
@@ -23,9 +24,9 @@ config() {
   echo "/tmp/$1/below.conf"
 }
 
-bpf_iter_line() { bpftool prog show 2>/dev/null | grep "name cgroup_bpf_read" || true; }
+bpf_iter_line() { bpftool prog show 2>/dev/null | grep "name cgroup_stats" || true; }
 
-files_bin=$1 bpf_bin=$2
+files_bin=$1 bpf_bin=$2 log_line=$3
 for m in files bpf; do
   if [ $m = files ]; then bin=$files_bin; else bin=$bpf_bin; fi
   cfg=$(config "rec-$m" $m)
@@ -36,8 +37,10 @@ for m in files bpf; do
   prog=$(bpf_iter_line)
   kill -TERM $pid
   wait $pid || true
-  grep -iE "error|fail|warn|bpf" "/tmp/rec-$m/below.log" | head -5 || true
+  grep -iE "error|fail|warn|bpf" "/tmp/rec-$m/below.log" | head -12 || true
   if [ $m = bpf ]; then
+    grep -qF "$log_line" "/tmp/rec-$m/below.log" \
+      || { echo "FAIL: the enable_cgroup_bpf log does not say: $log_line"; exit 1; }
     echo "bpf program while recording: ${prog:-none}"
     case "$prog" in
       *run_cnt*) ;;

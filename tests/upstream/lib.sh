@@ -22,7 +22,7 @@ BUILD_FIX_PATCHES=2
 UP=$CACHE/upstream
 LIBCLANG_DIR=/usr/lib/llvm-19/lib
 # Bump when the harness steps below change: trees are re-prepared.
-HARNESS_VERSION=1
+HARNESS_VERSION=2
 
 # What the series carries verbatim: "OURS THEIRS" per line, paths from
 # each repo's root (the program and its header next to upstream's BPF C,
@@ -32,7 +32,7 @@ shared_files() {
   for f in cgroup_stats.bpf.c cgroup_stats.h contract_gen.rs; do
     echo "below/bpf_stats/src/bpf/$f below/cgroupfs/src/bpf/$f"
   done
-  for f in contract.rs contract_test.rs decode.rs kernel.rs load.rs; do
+  for f in contract.rs contract_test.rs decode.rs decode_test.rs kernel.rs load.rs; do
     echo "below/bpf_stats/src/bpf/$f below/cgroupfs/src/cgroup_bpf/$f"
   done
 }
@@ -115,6 +115,8 @@ upstream_tree() {
 harness_steps() {
   local dir=$1 f=$1/below/cgroupfs/Cargo.toml
   # bindgen's `static` feature links libclang.a, which Debian does not ship.
+  # (The series drops cgroupfs's bindgen: then there is nothing to switch.)
+  grep -q '^bindgen = ' "$f" || return 0
   grep -q '^bindgen = .*"static"' "$f" || die "harness: no bindgen \"static\" feature in $f"
   sed -i '/^bindgen = /s/"static"/"runtime"/' "$f"
   ugit -C "$dir" commit -q -a -m "harness: bindgen runtime instead of static (Debian ships no libclang.a)"
@@ -155,6 +157,11 @@ build_variant() {
     variant_key stock >"$bin.key"
   else
     dir=$(upstream_tree "$variant")
+    # A new tree's target dir starts from stock's: the registry crates are
+    # the same (workspace crates rebuild: cargo keys them by path).
+    if [ ! -d "$(target_of "$dir")" ] && [ -d "$UP/target" ]; then
+      cp -a "$UP/target" "$(target_of "$dir")"
+    fi
     log "$variant: cargo build --release -p below (log: $UP/build-$variant.log)"
     ucargo "$dir" build --release -p below >"$UP/build-$variant.log" 2>&1 \
       || { tail -n 40 "$UP/build-$variant.log" >&2; die "$variant: build failed"; }

@@ -5,8 +5,10 @@
 # outside the series: bindgen `runtime`, `clang` -> clang-19; see README.md),
 # run upstream's tests the way its CI runs them, then in the Debian 7.3 guest
 # record frozen cgroups with stock below main reading files and with patched
-# below main with enable_cgroup_bpf: its iterator must run and
-# `below dump cgroup` must agree. Skips (exit 0) when the tarball is absent.
+# below main with enable_cgroup_bpf: its iterator must run, its log must say
+# what BPF serves (6.1: why memory.stat is read from the file) and
+# `below dump cgroup` must agree. The series must carry below/bpf_stats's
+# files unchanged (sync.sh --check). Skips (exit 0) when the tarball is absent.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 if ! upstream_available; then
@@ -18,17 +20,22 @@ binaries() {
   stock=$(upstream_binary stock | tail -n1) && patched=$(upstream_binary patched | tail -n1)
 }
 
+# guest KERNEL LOG_LINE: the frozen-tree check of guest.sh in KERNEL.
 guest() {
   install_pkgs bpftool
-  "$REPO_ROOT/tests/vm/run.sh" --kernel debian-7.3 --timeout 600 \
+  "$REPO_ROOT/tests/vm/run.sh" --kernel "$1" --timeout 600 \
     --add "$stock:/below-stock" --add "$patched:/below-patched" --add "$CHECK_BIN:/bstats-check" \
     --add "$REPO_ROOT/tests/upstream/guest.sh:/guest.sh" --add "$REPO_ROOT/tests/e2e/dump-rows.sh:/dump-rows.sh" \
     --add "$(command -v bpftool):/usr/local/bin/bpftool" \
-    -- /bstats-check frozen-tree sh /guest.sh /below-stock /below-patched
+    -- /bstats-check frozen-tree sh /guest.sh /below-stock /below-patched "$2"
 }
 
 check "build (bstats-check)" build_release
 check "build below main, stock and with the series" binaries
+check "the series carries below/bpf_stats's files unchanged" "$REPO_ROOT/tests/upstream/sync.sh" --check
 check "upstream's tests (as its CI runs them)" upstream_tests patched
-check "7.3 guest: files and enable_cgroup_bpf dumps agree" guest
+check "7.3 guest: files and enable_cgroup_bpf dumps agree" \
+  guest debian-7.3 "cgroup BPF: memory.stat from BPF"
+check "6.1 guest: no memcg kfuncs, memory.stat read from the file, dumps agree" \
+  guest debian-6.1 "cgroup BPF: memory.stat from the file: kernel lacks kfunc"
 tally_summary
