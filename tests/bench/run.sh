@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Usage: tests/bench/run.sh [--smoke | --bill | --soak | --scrape] [--kernels "debian-7.3 patched"]
+# Usage: tests/bench/run.sh [--smoke | --bill | --upstream | --soak | --scrape] [--kernels "debian-7.3 patched"]
 #                           [--out DIR] [-- cgroup-bench ARGS...]
 # Builds release cgroup-bench and below, boots each kernel under QEMU (TCG,
 # tests/vm/run.sh), runs the benchmark in the guest and prints its markdown
@@ -19,6 +19,10 @@
 #             "below main + this series" its patched one (skipped without the
 #             pinned tarball) unless $BELOW_MAIN_BIN / $BELOW_MAIN_SERIES_BIN
 #             name them.
+#   --upstream  the bill's rows for patches/below at 1,000 and 5,000 cgroups,
+#             without --compress: below 0.9, below main files /
+#             enable_cgroup_bpf / + the series, ours BPF, the floor (~25 min;
+#             needs the pinned below main tarball).
 #   --soak    RSS of `below record` over 10 min at 5,000 cgroups with churn.
 #   --scrape  one /metrics scrape against one sample of `below record
 #             --listen` at 1,000 cgroups, BPF (tests/bench/scrape-guest.sh).
@@ -35,6 +39,7 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --smoke) smoke=1; shift ;;
     --bill) mode=bill; shift ;;
+    --upstream) mode=upstream; shift ;;
     --soak) mode=soak; shift ;;
     --scrape) mode=scrape; shift ;;
     --kernels) kernels=$2; shift 2 ;;
@@ -52,11 +57,11 @@ below09=$(tests/reference/below09.sh | tail -n1)
 adds=(--add "$BENCH_BIN:/bin/cgroup-bench" --add "$BELOW_BIN:/bin/below"
       --add "$below09:/bin/below09")
 recorder_args=(--below /bin/below --below09 /bin/below09)
-if [ $mode = bill ] && [ -z "${BELOW_MAIN_BIN:-}" ]; then
+if [[ $mode = bill || $mode = upstream ]] && [ -z "${BELOW_MAIN_BIN:-}" ]; then
   # below main's rows when its pinned tarball is here (built once, cached).
   BELOW_MAIN_BIN=$(tests/upstream/binaries.sh stock | tail -n1) || BELOW_MAIN_BIN=
 fi
-if [ $mode = bill ] && [ -n "${BELOW_MAIN_BIN:-}" ] && [ -z "${BELOW_MAIN_SERIES_BIN:-}" ]; then
+if [[ $mode = bill || $mode = upstream ]] && [ -n "${BELOW_MAIN_BIN:-}" ] && [ -z "${BELOW_MAIN_SERIES_BIN:-}" ]; then
   BELOW_MAIN_SERIES_BIN=$(tests/upstream/binaries.sh patched | tail -n1) || BELOW_MAIN_SERIES_BIN=
 fi
 if [ -n "${BELOW_MAIN_BIN:-}" ]; then
@@ -81,6 +86,11 @@ elif [ $mode = bill ]; then
   # 200 cgroups: what top-N at 10,000 is held against.
   args=(--sections bill --bill-sizes 200,1000,5000,10000 --bill-secs 20,30,20,30 "${recorder_args[@]}")
   vm_timeout=7200 mem=4G suffix=-bill
+elif [ $mode = upstream ]; then
+  [ -n "${BELOW_MAIN_SERIES_BIN:-}" ] || die "--upstream needs below main (tests/upstream/binaries.sh)"
+  args=(--sections bill --bill-sizes 1000,5000 --bill-secs 30,20
+        --recorders below09,bpf,floor,main-files,main-bpf,main-series "${recorder_args[@]}")
+  vm_timeout=3600 mem=4G suffix=-upstream
 elif [ $mode = scrape ]; then
   vm_timeout=900 suffix=-scrape
 elif [ $mode = soak ]; then

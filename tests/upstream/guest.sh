@@ -31,15 +31,17 @@ for m in files bpf; do
   if [ $m = files ]; then bin=$files_bin; else bin=$bpf_bin; fi
   cfg=$(config "rec-$m" $m)
   echo "== $bin --config $cfg record -i 1 ($(tr '\n' ' ' < "$cfg"))"
-  "$bin" --config "$cfg" record -i 1 &
+  # Its log goes to log_dir/below.log or the terminal (LOG_TARGET): keep both.
+  "$bin" --config "$cfg" record -i 1 2>"/tmp/rec-$m/stderr" &
   pid=$!
   sleep 8
   prog=$(bpf_iter_line)
   kill -TERM $pid
   wait $pid || true
-  grep -iE "error|fail|warn|bpf" "/tmp/rec-$m/below.log" | head -12 || true
+  cat "/tmp/rec-$m/below.log" "/tmp/rec-$m/stderr" 2>/dev/null > "/tmp/rec-$m/all.log" || true
+  grep -iE "error|fail|warn|bpf" "/tmp/rec-$m/all.log" | head -12 || true
   if [ $m = bpf ]; then
-    grep -qF "$log_line" "/tmp/rec-$m/below.log" \
+    grep -qF "$log_line" "/tmp/rec-$m/all.log" \
       || { echo "FAIL: the enable_cgroup_bpf log does not say: $log_line"; exit 1; }
     echo "bpf program while recording: ${prog:-none}"
     case "$prog" in
