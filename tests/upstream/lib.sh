@@ -37,11 +37,14 @@ shared_files() {
   done
 }
 
-# A shared file as the series carries it: in upstream's cgroupfs crate,
-# `cgroupfs::` is `crate::`.
+# A shared file as the series carries it into TREE: in upstream's cgroupfs
+# crate, `cgroupfs::` is `crate::`, and Rust is formatted with TREE's
+# rustfmt.toml (upstream's style; stable rustfmt skips its unstable keys).
+#   shared_file OURS TREE
 shared_file() {
   case "$1" in
-    *.rs) sed 's/\bcgroupfs::/crate::/g' "$REPO_ROOT/$1" ;;
+    *.rs) sed 's/\bcgroupfs::/crate::/g' "$REPO_ROOT/$1" \
+            | rustfmt --config-path "$2/rustfmt.toml" 2>/dev/null ;;
     *) cat "$REPO_ROOT/$1" ;;
   esac
 }
