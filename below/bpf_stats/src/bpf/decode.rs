@@ -27,7 +27,9 @@ use cgroupfs::Pressure;
 use cgroupfs::PressureMetrics;
 
 use super::contract::*;
+use super::kernel::Limits;
 use super::kernel::NumaLayout;
+use super::load::page_size;
 
 /// `PID_MAX_LIMIT + 1` on 64-bit: pids.max prints "max" at or above it.
 pub(crate) const PIDS_MAX: u64 = 4 * 1024 * 1024 + 1;
@@ -51,6 +53,18 @@ pub(crate) struct Decoder {
 pub(crate) type PrevCputime = HashMap<u64, (u64, u64)>;
 
 impl Decoder {
+    /// For the records of a pass: the limits the program was loaded with,
+    /// the pass's N_MEMORY nodes.
+    pub(crate) fn new(limits: &Limits, memory_nodes: u64) -> Self {
+        Decoder {
+            cpus: limits.cpus,
+            nodes: limits.nodes,
+            numa: limits.numa,
+            page_size: page_size(),
+            memory_nodes,
+        }
+    }
+
     /// cpuset.cpus(.effective) from its mask words.
     pub(crate) fn cpus(&self, words: &[u64]) -> Cpuset {
         Cpuset {

@@ -116,7 +116,7 @@ pub(crate) struct Loaded {
     storage: NonNull<MaybeUninit<OpenObject>>,
     records: Mapping,
     bss: NonNull<skel::types::bss>,
-    pub(crate) capacity: u32,
+    capacity: u32,
     limits: Limits,
 }
 
@@ -279,6 +279,11 @@ impl Loaded {
             *self = Loaded::new(root, cap, self.limits)
                 .with_context(|| format!("cannot grow the records map to {cap} cgroups"))?;
         }
+    }
+
+    /// What the program was loaded with.
+    pub(crate) fn limits(&self) -> &Limits {
+        &self.limits
     }
 
     pub(crate) fn records(&self, n: u32) -> &[Record] {

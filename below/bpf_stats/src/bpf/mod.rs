@@ -30,7 +30,6 @@ use regex::Regex;
 use self::contract::Record;
 use self::decode::Decoder;
 use self::decode::PrevCputime;
-use self::kernel::Limits;
 use self::load::Loaded;
 pub(crate) use self::probe::probe;
 use crate::read::RootText;
@@ -44,7 +43,6 @@ use crate::TopBy;
 
 pub(crate) struct BpfBackend {
     loaded: Loaded,
-    limits: Limits,
     filter: Option<Regex>,
     root_text: Option<RootText>,
     prev_cputime: PrevCputime,
@@ -76,10 +74,9 @@ struct Known {
 }
 
 impl BpfBackend {
-    fn new(loaded: Loaded, limits: Limits, filter: Option<Regex>) -> Self {
+    fn new(loaded: Loaded, filter: Option<Regex>) -> Self {
         BpfBackend {
             loaded,
-            limits,
             filter,
             root_text: None,
             prev_cputime: HashMap::new(),
@@ -134,13 +131,7 @@ impl BpfBackend {
         let keep_re = top.as_ref().and_then(|t| t.top.keep.clone());
         let need_paths = self.filter.is_some() || keep_re.is_some() || !text.is_empty();
         self.index(pass.cgroups, need_paths, keep_re.as_ref());
-        let mut decoder = Decoder {
-            cpus: self.limits.cpus,
-            nodes: self.limits.nodes,
-            numa: self.limits.numa,
-            page_size: load::page_size(),
-            memory_nodes: pass.memory_nodes,
-        };
+        let mut decoder = Decoder::new(self.loaded.limits(), pass.memory_nodes);
         let mut keep = match top.as_deref_mut() {
             Some(rank) if by != Some(TopBy::Io) => {
                 let records = self.loaded.records(pass.cgroups);

@@ -143,7 +143,7 @@ pub(crate) fn probe(root_fd: BorrowedFd, filter: Option<Regex>) -> Probe {
     }
     Probe {
         capability: Ok(Support { files, reasons }),
-        backend: Some(BpfBackend::new(loaded, limits, filter)),
+        backend: Some(BpfBackend::new(loaded, filter)),
         gaps,
     }
 }
