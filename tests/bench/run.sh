@@ -21,7 +21,7 @@
 #             name them.
 #   --upstream  the bill's rows for patches/below at 1,000 and 5,000 cgroups,
 #             without --compress: below 0.9, below main files /
-#             enable_cgroup_bpf / + the series, ours BPF, the floor (~25 min;
+#             enable_cgroup_bpf / + the series, ours BPF, the floor (~10 min;
 #             needs the pinned below main tarball).
 #   --soak    RSS of `below record` over 10 min at 5,000 cgroups with churn.
 #   --scrape  one /metrics scrape against one sample of `below record
