@@ -207,7 +207,7 @@ pub fn record(logger: &slog::Logger, cfg: &Config, opts: RecordOpts) -> Result<(
                 let frame = store::DataFrame { sample };
                 let written = recorder.put(t, &frame);
                 let write = lap.lap();
-                drop(frame);
+                collector.recycle(frame.sample);
                 let free = lap.lap();
                 if written {
                     let now = bstats_model::process_cpu_time();

@@ -140,7 +140,7 @@ impl Raw {
     pub fn into_tree(self) -> CgroupSample {
         match self {
             Raw::Tree(t) => *t,
-            Raw::Snapshot(s) => bstats_model::build_tree(s),
+            Raw::Snapshot(s) => bpf_stats::build_tree(s.nodes),
         }
     }
 

@@ -25,6 +25,7 @@ use crate::Plan;
 use crate::Snapshot;
 use crate::StatFile;
 use crate::TopN;
+use crate::Tree;
 
 #[derive(Clone, Debug)]
 pub struct Options {
@@ -123,6 +124,23 @@ impl CgroupCollector {
     }
 
     pub fn collect(&mut self) -> Snapshot {
+        self.collect_with(None).0
+    }
+
+    /// One sample into `tree` (kept between samples: see [`Tree`]); the
+    /// snapshot returned has its errors, notes and count of cgroups left
+    /// out, no nodes.
+    pub fn collect_into(&mut self, tree: &mut Tree) -> Snapshot {
+        let (mut snap, in_tree) = self.collect_with(Some(tree));
+        if !in_tree {
+            tree.set(std::mem::take(&mut snap.nodes));
+        }
+        snap
+    }
+
+    /// A sample, and whether it went straight into `tree` (the BPF backend
+    /// decoding into a tree of the same cgroups) instead of the snapshot.
+    fn collect_with(&mut self, tree: Option<&mut Tree>) -> (Snapshot, bool) {
         let mut read = self
             .plan
             .files_of(BackendKind::Read)
@@ -146,13 +164,17 @@ impl CgroupCollector {
             }
         }
         let mut rank = self.ranker.is_some();
+        let mut in_tree = false;
         self.passed = false;
         let mut snap = match &mut self.bpf {
             Some(bpf) => {
                 let files = self.plan.files_of(BackendKind::Bpf).intersection(self.want);
-                match bpf.collect(&mut self.walker, files, read, self.ranker.as_mut()) {
-                    Ok((snap, still_rank)) => {
+                // Streams fill the snapshot's nodes after the pass.
+                let tree = tree.filter(|_| streams.is_none());
+                match bpf.collect(&mut self.walker, files, read, self.ranker.as_mut(), tree) {
+                    Ok((snap, still_rank, went_in)) => {
                         rank = still_rank;
+                        in_tree = went_in;
                         self.passed = true;
                         snap
                     }
@@ -184,7 +206,7 @@ impl CgroupCollector {
             crate::top::prune(ranker, &mut snap);
         }
         snap.notes.extend(notes);
-        snap
+        (snap, in_tree)
     }
 
     /// Runs only the BPF iterator pass (no tree build), for measuring the

@@ -13,6 +13,7 @@ pub mod read;
 mod snapshot;
 mod stream;
 mod top;
+mod tree;
 
 use cgroupfs::CpuPressure;
 use cgroupfs::IoPressure;
@@ -37,6 +38,8 @@ pub use crate::snapshot::Node;
 pub use crate::snapshot::Snapshot;
 pub use crate::top::TopBy;
 pub use crate::top::TopN;
+pub use crate::tree::build_tree;
+pub use crate::tree::Tree;
 
 /// CPU time of the calling thread (user + system), from the thread CPU
 /// clock: exact, unlike tick-based rusage, and unlike wall time not

@@ -13,47 +13,11 @@ use std::time::SystemTime;
 use anyhow::Result;
 use bpf_stats::CgroupCollector;
 use bpf_stats::Snapshot;
-use model::CgroupSample;
+use bpf_stats::Tree;
 use model::Model;
 use model::Sample;
 use slog::debug;
 use slog::warn;
-
-/// Builds below's nested cgroup tree from a pre-order snapshot.
-pub fn build_tree(snap: Snapshot) -> CgroupSample {
-    let mut nodes = snap.nodes;
-    if nodes.is_empty() {
-        return CgroupSample::default();
-    }
-    // Each node's children, sorted by name, as one range of `order`: a
-    // BTreeMap collected from sorted pairs is built in bulk, with no
-    // shifting of (large) samples inside its nodes as inserts would do.
-    let mut order: Vec<usize> = (1..nodes.len()).collect();
-    order.sort_unstable_by(|&a, &b| {
-        let (a, b) = (&nodes[a], &nodes[b]);
-        (a.parent, &a.name).cmp(&(b.parent, &b.name))
-    });
-    let mut start = vec![0; nodes.len() + 1];
-    for &i in &order {
-        start[nodes[i].parent.expect("only the root has no parent") + 1] += 1;
-    }
-    for p in 1..start.len() {
-        start[p] += start[p - 1];
-    }
-    // Pre-order puts every descendant after its ancestors: going backwards,
-    // each cgroup's subtree is complete when it moves into its parent.
-    for p in (0..nodes.len()).rev() {
-        let children = order[start[p]..start[p + 1]]
-            .iter()
-            .map(|&c| {
-                let n = &mut nodes[c];
-                (std::mem::take(&mut n.name), std::mem::take(&mut n.sample))
-            })
-            .collect();
-        nodes[p].sample.children = Some(children);
-    }
-    std::mem::take(&mut nodes[0].sample)
-}
 
 pub use bpf_stats::thread_cpu_time;
 
@@ -125,9 +89,11 @@ impl std::fmt::Display for PhaseLog<'_> {
 pub struct SampleTimes {
     /// The BPF iterator pass, part of `cgroups` (None: no pass this sample).
     pub pass: Option<Phase>,
-    /// Our cgroup collector (iterator pass and decoding / file reads).
+    /// Our cgroup collector: the iterator pass and decoding (or the file
+    /// reads), into the kept tree (in place while the cgroups stay the
+    /// same, else a new tree).
     pub cgroups: Phase,
-    /// Turning the snapshot into below's tree.
+    /// Taking the tree out for the sample.
     pub tree: Phase,
     /// below's own collector (procfs, system, network).
     pub rest: Phase,
@@ -137,6 +103,8 @@ pub struct Collector {
     logger: slog::Logger,
     below: model::Collector,
     cgroups: CgroupCollector,
+    /// below's cgroup tree, kept between samples (see [`Collector::recycle`]).
+    tree: Tree,
     prev: Option<(Sample, Instant)>,
     /// Errors of the previous sample, to log only changes.
     last_errors: usize,
@@ -161,6 +129,7 @@ impl Collector {
             below: model::Collector::new(logger.clone(), below_opts),
             logger,
             cgroups,
+            tree: Tree::default(),
             prev: None,
             last_errors: 0,
             times: SampleTimes::default(),
@@ -185,19 +154,19 @@ impl Collector {
         let mut lap = Lap::start();
         let mut sample = self.collect_below()?;
         let rest = lap.lap();
-        let snap = self.cgroups.collect();
+        let snap = self.cgroups.collect_into(&mut self.tree);
         let cgroups = lap.lap();
         self.report_errors(&snap);
         if snap.dropped > 0 {
             debug!(
                 self.logger,
                 "cgroup top-N: {} cgroups stored, {} left out",
-                snap.nodes.len(),
+                self.tree.len(),
                 snap.dropped
             );
         }
         // below's collector read the root's files; ours replace them.
-        sample.cgroup = build_tree(snap);
+        sample.cgroup = self.tree.take();
         self.times = SampleTimes {
             pass: self
                 .cgroups
@@ -208,6 +177,13 @@ impl Collector {
             tree: lap.lap(),
         };
         Ok(sample)
+    }
+
+    /// Gives back a sample once written: its cgroup tree takes the next
+    /// sample in place when the cgroups are the same (a sample not given
+    /// back costs a new tree).
+    pub fn recycle(&mut self, sample: Sample) {
+        self.tree.give_back(sample.cgroup);
     }
 
     fn report_errors(&mut self, snap: &Snapshot) {
@@ -241,57 +217,5 @@ impl Collector {
         );
         self.prev = Some((sample.clone(), now));
         Ok((sample, model))
-    }
-}
-
-#[cfg(test)]
-mod test {
-    use std::collections::BTreeMap;
-
-    use bpf_stats::Node;
-
-    use super::*;
-
-    fn node(parent: Option<usize>, name: &str, ino: i64) -> Node {
-        Node {
-            parent,
-            name: name.into(),
-            sample: CgroupSample {
-                inode_number: Some(ino),
-                ..Default::default()
-            },
-        }
-    }
-
-    #[test]
-    fn builds_nested_tree_from_preorder() {
-        let snap = Snapshot {
-            nodes: vec![
-                node(None, "", 1),
-                node(Some(0), "a", 2),
-                node(Some(1), "x", 3),
-                node(Some(2), "deep", 4),
-                node(Some(1), "y", 5),
-                node(Some(0), "b", 6),
-            ],
-            ..Default::default()
-        };
-        let root = build_tree(snap);
-        assert_eq!(root.inode_number, Some(1));
-        let top = root.children.as_ref().unwrap();
-        assert_eq!(top.keys().collect::<Vec<_>>(), ["a", "b"]);
-        let a = &top["a"].children.as_ref().unwrap();
-        assert_eq!(a.keys().collect::<Vec<_>>(), ["x", "y"]);
-        assert_eq!(
-            a["x"].children.as_ref().unwrap()["deep"].inode_number,
-            Some(4)
-        );
-        // Leaves have an empty children map, as below's collector gives.
-        assert_eq!(top["b"].children, Some(BTreeMap::new()));
-    }
-
-    #[test]
-    fn empty_snapshot_gives_empty_root() {
-        assert_eq!(build_tree(Snapshot::default()), CgroupSample::default());
     }
 }

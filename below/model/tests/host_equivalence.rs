@@ -53,7 +53,7 @@ fn ours(root: &Path) -> CgroupSample {
     .unwrap();
     let snap = c.collect();
     assert!(snap.errors.is_empty(), "{:?}", snap.errors);
-    let mut t = bstats_model::build_tree(snap);
+    let mut t = bpf_stats::build_tree(snap.nodes);
     without_pressure_avgs(&mut t);
     t
 }

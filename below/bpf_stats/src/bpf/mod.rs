@@ -25,6 +25,7 @@ use std::time::Duration;
 use std::time::Instant;
 
 use anyhow::Result;
+use model::CgroupSample;
 use regex::Regex;
 
 use self::contract::Record;
@@ -35,11 +36,13 @@ pub(crate) use self::probe::probe;
 use crate::read::RootText;
 use crate::read::Walker;
 use crate::top::Ranker;
+use crate::FileError;
 use crate::FileSet;
 use crate::Node;
 use crate::Snapshot;
 use crate::StatFile;
 use crate::TopBy;
+use crate::Tree;
 
 pub(crate) struct BpfBackend {
     loaded: Loaded,
@@ -116,7 +119,8 @@ impl BpfBackend {
         bpf: FileSet,
         text: FileSet,
         mut top: Option<&mut Ranker>,
-    ) -> Result<(Snapshot, bool)> {
+        tree: Option<&mut Tree>,
+    ) -> Result<(Snapshot, bool, bool)> {
         let mut snap = Snapshot::default();
         let (cpu, wall) = (crate::thread_cpu_time(), Instant::now());
         let by = top.as_ref().map(|t| t.top.by);
@@ -188,43 +192,65 @@ impl BpfBackend {
         self.last_pass = (crate::thread_cpu_time() - cpu, wall.elapsed());
         decoder.memory_nodes = pass.memory_nodes;
         let records = self.loaded.records(pass.cgroups);
-        // Node index of each visible cgroup that is kept.
+        // The visible cgroups that are kept, and the node index of each.
+        let mut kept = Vec::with_capacity(self.records.len());
         let mut node_of = vec![usize::MAX; self.records.len()];
-        let mut prev = std::mem::take(&mut self.prev_cputime);
-        snap.nodes.reserve(
-            keep.as_ref()
-                .map_or(self.records.len(), |k| k.iter().filter(|&&k| k).count()),
-        );
-        for (j, &i) in self.records.iter().enumerate() {
+        for j in 0..self.records.len() {
             if keep.as_ref().is_some_and(|k| !k[j]) {
                 snap.dropped += 1;
-                continue;
+            } else {
+                node_of[j] = kept.len();
+                kept.push(j);
             }
-            let r = &records[i];
-            let k = &self.known[&r.id];
-            node_of[j] = snap.nodes.len();
-            let mut sample = decoder.sample(r, bpf, &mut prev);
+        }
+        let known = &self.known;
+        let name = |j: usize| known[&records[self.records[j]].id].name.as_str();
+        let parents = &self.parents;
+        let parent = |j: usize| parents[j].map(|p| node_of[p]);
+        let mut prev = std::mem::take(&mut self.prev_cputime);
+        let root_text = &mut self.root_text;
+        let mut fill = |j: usize, sample: &mut CgroupSample, errors: &mut Vec<FileError>| {
+            let r = &records[self.records[j]];
+            decoder.fill(r, bpf, &mut prev, sample);
             if r.level == 0 {
-                let root_text = self
-                    .root_text
-                    .get_or_insert_with(|| RootText::open(walker.root_fd(), root_text_files(bpf)));
-                root_text.fill(&mut sample, &mut snap.errors);
+                root_text
+                    .get_or_insert_with(|| RootText::open(walker.root_fd(), root_text_files(bpf)))
+                    .fill(sample, errors);
             }
             if !text.is_empty() {
-                walker.read_at(&k.path, text, &mut sample, &mut snap.errors);
+                walker.read_at(&known[&r.id].path, text, sample, errors);
             }
-            snap.nodes.push(Node {
-                parent: self.parents[j].map(|p| node_of[p]),
-                name: k.name.clone(),
-                sample,
-            });
-        }
+        };
+        // A tree of the same cgroups takes the sample in place, unless the
+        // caller still ranks the snapshot's nodes.
+        let still_rank = top.is_some() && keep.is_none();
+        let in_tree = match tree {
+            Some(t) if !still_rank && t.same_shape(kept.iter().map(|&j| (parent(j), name(j)))) => {
+                t.update(|n, s| fill(kept[n], s, &mut snap.errors));
+                true
+            }
+            _ => {
+                snap.nodes = kept
+                    .iter()
+                    .map(|&j| {
+                        let mut sample = CgroupSample::default();
+                        fill(j, &mut sample, &mut snap.errors);
+                        Node {
+                            parent: parent(j),
+                            name: name(j).to_owned(),
+                            sample,
+                        }
+                    })
+                    .collect();
+                false
+            }
+        };
         // Keep history only for cgroups that still exist.
         prev.retain(|id, _| self.ids.contains_key(id));
         self.prev_cputime = prev;
         let pass = self.pass;
         self.known.retain(|_, k| k.seen == pass);
-        Ok((snap, top.is_some() && keep.is_none()))
+        Ok((snap, still_rank, in_tree))
     }
 
     /// Indexes the first `n` records: the visible cgroups (not filtered,

@@ -1,6 +1,10 @@
 //! A record as below 0.9's `CgroupSample`, and its top-N value: the files
 //! the plan gives BPF, decoded (decode.rs) where the record holds them.
 
+use std::collections::BTreeSet;
+
+use cgroupfs::Cpuset;
+use cgroupfs::MemNodes;
 use model::CgroupSample;
 
 use super::contract::*;
@@ -12,27 +16,44 @@ use crate::TopBy;
 impl Decoder {
     /// The sample of `files` a record holds. The root's cpu.stat and
     /// pressure are left out (the kernel fills them from system-wide state).
+    #[cfg(test)]
     pub(crate) fn sample(
         &self,
         r: &Record,
         files: FileSet,
         prev: &mut PrevCputime,
     ) -> CgroupSample {
+        let mut s = CgroupSample::default();
+        self.fill(r, files, prev, &mut s);
+        s
+    }
+
+    /// `s` becomes the sample of `files` the record holds, as
+    /// [`Decoder::sample`] makes it; of what `s` held before, only the sets
+    /// that still have the same members are kept (not allocated again).
+    pub(crate) fn fill(
+        &self,
+        r: &Record,
+        files: FileSet,
+        prev: &mut PrevCputime,
+        s: &mut CgroupSample,
+    ) {
+        let mut old = std::mem::take(s);
         let want = |f| files.contains(f);
         let has = |flag| has(r, flag);
         let root = r.level == 0;
-        let mut s = CgroupSample {
-            inode_number: Some(r.id as i64),
-            ..Default::default()
-        };
+        s.inode_number = Some(r.id as i64);
         if want(StatFile::CgroupStat) {
             s.cgroup_stat = Some(cgroup_stat(r));
         }
         if want(StatFile::CgroupControllers) {
-            s.cgroup_controllers = Some(controller_names(r.controllers));
+            s.cgroup_controllers = Some(controllers(r.controllers, old.cgroup_controllers.take()));
         }
         if want(StatFile::CgroupSubtreeControl) {
-            s.cgroup_subtree_control = Some(controller_names(r.subtree_control));
+            s.cgroup_subtree_control = Some(controllers(
+                r.subtree_control,
+                old.cgroup_subtree_control.take(),
+            ));
         }
         if want(StatFile::CpuStat) && !root && has(HAS_BSTAT) {
             s.cpu_stat = Some(cpu_stat(r, prev));
@@ -57,7 +78,7 @@ impl Decoder {
             }
         }
         if has(HAS_CPUSET) {
-            self.cpuset(r, files, &mut s);
+            self.cpuset(r, files, s, &mut old);
         }
         if want(StatFile::MemoryStat) && has(HAS_MEMSTAT) {
             s.memory_stat = Some(memory_stat(r));
@@ -66,9 +87,8 @@ impl Decoder {
             s.memory_numa_stat = self.numa_stat(r);
         }
         if !root && has(HAS_MEMCG) {
-            self.memcg(r, files, &mut s);
+            self.memcg(r, files, s);
         }
-        s
     }
 
     /// The value top-N ranks `r` by, in the units of [`TopBy::value`];
@@ -87,19 +107,29 @@ impl Decoder {
         }
     }
 
-    fn cpuset(&self, r: &Record, files: FileSet, s: &mut CgroupSample) {
+    fn cpuset(&self, r: &Record, files: FileSet, s: &mut CgroupSample, old: &mut CgroupSample) {
         let root = r.level == 0;
+        let cpus = |words: &[u64], old: Option<Cpuset>| match old {
+            Some(o) if same_bits(&o.cpus, words, self.cpus) => o,
+            _ => self.cpus(words),
+        };
+        let mems = |word: u64, old: Option<MemNodes>| match old {
+            Some(o) if same_bits(&o.nodes, &[word], self.nodes) => o,
+            _ => self.mems(word),
+        };
         if files.contains(StatFile::CpusetCpus) && !root {
-            s.cpuset_cpus = Some(self.cpus(&r.cpus));
+            s.cpuset_cpus = Some(cpus(&r.cpus, old.cpuset_cpus.take()));
         }
         if files.contains(StatFile::CpusetCpusEffective) {
-            s.cpuset_cpus_effective = Some(self.cpus(&r.cpus_effective));
+            s.cpuset_cpus_effective =
+                Some(cpus(&r.cpus_effective, old.cpuset_cpus_effective.take()));
         }
         if files.contains(StatFile::CpusetMems) && !root {
-            s.cpuset_mems = Some(self.mems(r.mems));
+            s.cpuset_mems = Some(mems(r.mems, old.cpuset_mems.take()));
         }
         if files.contains(StatFile::CpusetMemsEffective) {
-            s.cpuset_mems_effective = Some(self.mems(r.mems_effective));
+            s.cpuset_mems_effective =
+                Some(mems(r.mems_effective, old.cpuset_mems_effective.take()));
         }
     }
 
@@ -137,6 +167,33 @@ impl Decoder {
             s.memory_events_local = Some(memory_events_local(r));
         }
     }
+}
+
+/// `old` if it names the controllers of `mask`, else the names of `mask`.
+fn controllers(mask: u32, old: Option<BTreeSet<String>>) -> BTreeSet<String> {
+    let in_mask = |name: &String| {
+        (CONTROLLERS.iter().position(|c| c == name)).is_some_and(|i| mask & (1 << i) != 0)
+    };
+    match old {
+        Some(o) if o.len() == mask.count_ones() as usize && o.iter().all(in_mask) => o,
+        _ => controller_names(mask),
+    }
+}
+
+/// Whether `set` holds exactly the bits of `words` below `limit`.
+fn same_bits(set: &BTreeSet<u32>, words: &[u64], limit: usize) -> bool {
+    let is_set =
+        |b: usize| b < limit && words.get(b / 64).is_some_and(|w| w & (1 << (b % 64)) != 0);
+    let (whole, part) = (limit / 64, limit % 64);
+    let count: u32 = words
+        .iter()
+        .take(whole)
+        .map(|w| w.count_ones())
+        .sum::<u32>()
+        + words
+            .get(whole)
+            .map_or(0, |w| (w & ((1u64 << part) - 1)).count_ones());
+    set.len() == count as usize && set.iter().all(|&b| is_set(b as usize))
 }
 
 #[cfg(test)]

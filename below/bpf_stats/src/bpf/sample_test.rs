@@ -103,3 +103,43 @@ fn root_leaves_text_files_out() {
     assert!(s.memory_stat.is_some() && s.memory_numa_stat.is_some());
     assert!(s.cgroup_stat.is_some());
 }
+
+#[test]
+fn fill_over_an_old_sample_is_a_fresh_sample() {
+    let d = decoder();
+    let mut r = full();
+    let mut s = d.sample(&r, FileSet::all(), &mut PrevCputime::new());
+    // The same record again: every set is reused, not allocated again.
+    let cpus = s.cpuset_cpus.as_ref().unwrap().cpus.clone();
+    d.fill(&r, FileSet::all(), &mut PrevCputime::new(), &mut s);
+    assert_eq!(s, d.sample(&r, FileSet::all(), &mut PrevCputime::new()));
+    assert_eq!(s.cpuset_cpus.as_ref().unwrap().cpus, cpus);
+    // Changed sets, and groups the record no longer holds, are not kept.
+    r.controllers ^= 1;
+    r.subtree_control = 0;
+    r.cpus_effective[0] ^= 1;
+    r.mems ^= 1;
+    r.flags &= !(HAS_PSI | HAS_PIDS);
+    s.io_stat = Some(Default::default());
+    d.fill(&r, FileSet::all(), &mut PrevCputime::new(), &mut s);
+    assert_eq!(s, d.sample(&r, FileSet::all(), &mut PrevCputime::new()));
+    assert_eq!(s.cgroup_subtree_control, Some(BTreeSet::new()));
+    assert!(s.pressure.is_none() && s.tids_current.is_none() && s.io_stat.is_none());
+}
+
+#[test]
+fn same_bits_is_set_equality_below_the_limit() {
+    let set = |b: &[u32]| b.iter().copied().collect::<BTreeSet<u32>>();
+    assert!(same_bits(&set(&[0, 65]), &[1, 2], 128));
+    assert!(!same_bits(&set(&[0]), &[1, 2], 128), "a bit missing");
+    assert!(
+        !same_bits(&set(&[0, 1, 65]), &[1, 2], 128),
+        "a bit too many"
+    );
+    assert!(
+        same_bits(&set(&[0]), &[1, 2], 64),
+        "bits past the limit do not count"
+    );
+    assert!(same_bits(&set(&[]), &[0b100], 2));
+    assert!(!same_bits(&set(&[3]), &[0b1000], 2));
+}
