@@ -321,7 +321,7 @@ impl Drop for Running {
 /// sampling costs CPU in the profiled process: profile in a run of its own).
 pub struct Perf<'a> {
     pub bin: &'a Path,
-    /// Gets `perf-<key>.txt`: `perf report` by symbol.
+    /// Gets `perf-<key>.txt`: `perf report` by thread and symbol.
     pub out: &'a Path,
 }
 
@@ -349,7 +349,7 @@ impl Perf<'_> {
                 "--stdio",
                 "--no-children",
                 "--sort",
-                "dso,sym",
+                "comm,dso,sym",
                 "-i",
             ])
             .arg(data)

@@ -6,6 +6,7 @@ mod bpf;
 mod collector;
 mod fd;
 mod files;
+mod ids;
 mod mount;
 pub mod parse;
 mod plan;

@@ -7,7 +7,6 @@
 //! N is ranked by what it did since the last pass, never against an older
 //! stored sample.
 
-use std::collections::HashMap;
 use std::fmt;
 use std::str::FromStr;
 
@@ -16,6 +15,7 @@ use regex::Regex;
 use serde::Deserialize;
 use serde::Serialize;
 
+use crate::ids::IdMap;
 use crate::read::Walker;
 use crate::FileSet;
 use crate::Snapshot;
@@ -127,16 +127,16 @@ pub struct TopN {
 pub(crate) struct Ranker {
     pub(crate) top: TopN,
     /// The ranked value of every cgroup at the previous pass, by id.
-    prev: HashMap<u64, u64>,
-    next: HashMap<u64, u64>,
+    prev: IdMap<u64>,
+    next: IdMap<u64>,
 }
 
 impl Ranker {
     pub(crate) fn new(top: TopN) -> Self {
         Ranker {
             top,
-            prev: HashMap::new(),
-            next: HashMap::new(),
+            prev: IdMap::default(),
+            next: IdMap::default(),
         }
     }
 

@@ -33,6 +33,7 @@ use self::decode::Decoder;
 use self::decode::PrevCputime;
 use self::load::Loaded;
 pub(crate) use self::probe::probe;
+use crate::ids::IdMap;
 use crate::read::RootText;
 use crate::read::Walker;
 use crate::top::Ranker;
@@ -51,12 +52,12 @@ pub(crate) struct BpfBackend {
     prev_cputime: PrevCputime,
     /// What never changes for a cgroup, by id (cgroup2 cannot rename or
     /// move a cgroup): decoded and matched once, not every pass.
-    known: HashMap<u64, Known>,
+    known: IdMap<Known>,
     /// Pass number, to forget cgroups that are gone.
     pass: u64,
     /// Reused per sample, indexed by visible cgroup: cgroup id -> index,
     /// record index, parent index.
-    ids: HashMap<u64, usize>,
+    ids: IdMap<usize>,
     records: Vec<usize>,
     parents: Vec<Option<usize>>,
     /// Thread CPU and wall time of the last sample's pass.
@@ -83,9 +84,9 @@ impl BpfBackend {
             filter,
             root_text: None,
             prev_cputime: HashMap::new(),
-            known: HashMap::new(),
+            known: IdMap::default(),
             pass: 0,
-            ids: HashMap::new(),
+            ids: IdMap::default(),
             records: Vec::new(),
             parents: Vec::new(),
             last_pass: Default::default(),
