@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Usage: tests/bench/run.sh [--smoke | --bill | --upstream | --soak | --scrape] [--kernels "debian-7.3 patched"]
+# Usage: tests/bench/run.sh [--smoke | --bill | --ratios | --top | --upstream | --soak | --scrape]
+#                           [--kernels "debian-7.3 patched"]
 #                           [--out DIR] [-- cgroup-bench ARGS...]
 # Builds release cgroup-bench and below, boots each kernel under QEMU (TCG,
 # tests/vm/run.sh), runs the benchmark in the guest and prints its markdown
@@ -19,6 +20,11 @@
 #             "below main + this series" its patched one (skipped without the
 #             pinned tarball) unless $BELOW_MAIN_BIN / $BELOW_MAIN_SERIES_BIN
 #             name them.
+#   --ratios  the bill's targets at 1,000 cgroups, in 3 rounds (median run
+#             per row): below 0.9, below main BPF (when built), ours BPF and
+#             the floor, each with and without --compress (~25 min).
+#   --top     top-N's bound: ours with --cgroup-top 200 at 200 and 10,000
+#             cgroups, with and without --compress, in 3 rounds (~15 min).
 #   --upstream  the bill's rows for patches/below at 1,000 and 5,000 cgroups,
 #             without --compress: below 0.9, below main files /
 #             enable_cgroup_bpf / + the series, ours BPF, the floor (~10 min;
@@ -40,6 +46,8 @@ while [ $# -gt 0 ]; do
     --smoke) smoke=1; shift ;;
     --bill) mode=bill; shift ;;
     --upstream) mode=upstream; shift ;;
+    --ratios) mode=ratios; shift ;;
+    --top) mode=top; shift ;;
     --soak) mode=soak; shift ;;
     --scrape) mode=scrape; shift ;;
     --kernels) kernels=$2; shift 2 ;;
@@ -57,7 +65,7 @@ below09=$(tests/reference/below09.sh | tail -n1)
 adds=(--add "$BENCH_BIN:/bin/cgroup-bench" --add "$BELOW_BIN:/bin/below"
       --add "$below09:/bin/below09")
 recorder_args=(--below /bin/below --below09 /bin/below09)
-if [[ $mode = bill || $mode = upstream ]] && [ -z "${BELOW_MAIN_BIN:-}" ]; then
+if [[ $mode = bill || $mode = upstream || $mode = ratios ]] && [ -z "${BELOW_MAIN_BIN:-}" ]; then
   # below main's rows when its pinned tarball is here (built once, cached).
   BELOW_MAIN_BIN=$(tests/upstream/binaries.sh stock | tail -n1) || BELOW_MAIN_BIN=
 fi
@@ -77,7 +85,7 @@ if [ $smoke = 1 ]; then
   args=(--sections collect,parallel,overhead,bill,soak
         --sizes 10 --min-samples 2 --max-samples 3 --budget-s 0 --readers 1,2
         --cgroups 10 --holders 2 --overhead-secs 1 --overhead-rounds 1
-        --bill-sizes 10 --bill-secs 3 --recorders below09,bpf,read-z,floor "${recorder_args[@]}"
+        --bill-sizes 10 --bill-secs 3 --bill-rounds 2 --recorders below09,bpf,read-z,floor "${recorder_args[@]}"
         --soak-cgroups 10 --soak-secs 4 --soak-every-s 2 --soak-churn 5 --soak-churn-ms 500)
   vm_timeout=400
 elif [ $mode = bill ]; then
@@ -86,6 +94,15 @@ elif [ $mode = bill ]; then
   # 200 cgroups: what top-N at 10,000 is held against.
   args=(--sections bill --bill-sizes 200,1000,5000,10000 --bill-secs 20,30,20,30 "${recorder_args[@]}")
   vm_timeout=7200 mem=4G suffix=-bill
+elif [ $mode = ratios ]; then
+  recs=below09,below09-z,bpf,bpf-z,floor,floor-z
+  [ -z "${BELOW_MAIN_BIN:-}" ] || recs+=,main-bpf,main-bpf-z
+  args=(--sections bill --bill-sizes 1000 --bill-secs 30 --bill-rounds 3 --recorders "$recs" "${recorder_args[@]}")
+  vm_timeout=5400 mem=4G suffix=-ratios
+elif [ $mode = top ]; then
+  args=(--sections bill --bill-sizes 200,10000 --bill-secs 30 --bill-rounds 3
+        --recorders bpf-top200,bpf-top200-z "${recorder_args[@]}")
+  vm_timeout=3600 mem=4G suffix=-top
 elif [ $mode = upstream ]; then
   [ -n "${BELOW_MAIN_SERIES_BIN:-}" ] || die "--upstream needs below main (tests/upstream/binaries.sh)"
   args=(--sections bill --bill-sizes 1000,5000 --bill-secs 30,20

@@ -134,6 +134,28 @@ pub struct BillRow {
     pub phases: BTreeMap<String, f64>,
     /// Whole-window CPU ms per written sample by thread name (comm).
     pub threads: BTreeMap<String, f64>,
+    /// With several rounds: CPU ms per written sample of each run that
+    /// measured, lowest first (this row is the median one).
+    pub rounds_cpu_ms: Vec<f64>,
+}
+
+/// One recorder's runs as one row: the median run by CPU per sample (the
+/// lower of the middle two), with every run's CPU; the first run when none
+/// measured.
+pub fn median(mut runs: Vec<BillRow>) -> BillRow {
+    let mut ok: Vec<usize> = (0..runs.len()).filter(|&i| runs[i].ok()).collect();
+    ok.sort_by(|&a, &b| {
+        runs[a]
+            .cpu_ms_per_sample
+            .total_cmp(&runs[b].cpu_ms_per_sample)
+    });
+    let cpu: Vec<f64> = ok.iter().map(|&i| runs[i].cpu_ms_per_sample).collect();
+    let pick = ok.get(ok.len().saturating_sub(1) / 2).copied().unwrap_or(0);
+    let mut row = runs.swap_remove(pick);
+    if cpu.len() > 1 {
+        row.rounds_cpu_ms = cpu;
+    }
+    row
 }
 
 /// CPU ticks so far of each of `pid`'s threads, summed by thread name.
@@ -453,6 +475,29 @@ mod test {
         assert_eq!(m["cgroups"], 5.0);
         assert_eq!(m["process"], 8.0);
         assert_eq!(m.len(), 3);
+    }
+
+    #[test]
+    fn median_run_is_the_row() {
+        let run = |cpu: f64, status: &str| BillRow {
+            cpu_ms_per_sample: cpu,
+            status: status.into(),
+            ..Default::default()
+        };
+        let m = median(vec![
+            run(30.0, "ok"),
+            run(10.0, "ok"),
+            run(0.0, "n/a: x"),
+            run(20.0, "ok"),
+        ]);
+        assert_eq!(m.cpu_ms_per_sample, 20.0);
+        assert_eq!(m.rounds_cpu_ms, [10.0, 20.0, 30.0]);
+        let m = median(vec![run(40.0, "ok"), run(10.0, "ok")]);
+        assert_eq!(m.cpu_ms_per_sample, 10.0, "the lower of the middle two");
+        let m = median(vec![run(0.0, "n/a: a"), run(0.0, "n/a: b")]);
+        assert_eq!((m.status.as_str(), m.rounds_cpu_ms.len()), ("n/a: a", 0));
+        let m = median(vec![run(5.0, "ok")]);
+        assert!(m.rounds_cpu_ms.is_empty(), "one run: no spread to show");
     }
 
     #[test]

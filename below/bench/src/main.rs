@@ -70,6 +70,11 @@ pub struct Args {
     /// repeats)
     #[arg(long, default_value = "20,30,40", value_delimiter = ',')]
     bill_secs: Vec<f64>,
+    /// bill: rounds per size (the last repeats): with more than one, every
+    /// recorder runs once per round, rounds one after the other, and its
+    /// row is its median run (rows of identical work vary between runs)
+    #[arg(long, default_value = "1", value_delimiter = ',')]
+    bill_rounds: Vec<usize>,
     /// bill, soak: seconds a recorder may take for its first two samples
     #[arg(long, default_value_t = 300.0)]
     warmup_s: f64,
@@ -296,19 +301,30 @@ fn main() -> Result<()> {
                     .get(i)
                     .or(args.bill_secs.last())
                     .context("--bill-secs is empty")?;
+                let rounds = *args
+                    .bill_rounds
+                    .get(i)
+                    .or(args.bill_rounds.last())
+                    .context("--bill-rounds is empty")?;
                 let fx = fixture::Fixture::create(&root, n, args.holders, args.hold_mb)?;
-                let mut rows = Vec::new();
-                for r in &chosen {
-                    eprintln!("cgroup-bench: bill, {n} cgroups: {} ({secs} s)", r.name);
-                    let window = std::time::Duration::from_secs_f64(secs);
-                    let perf = args.perf.as_deref().map(|bin| bill::Perf {
-                        bin,
-                        out: &args.perf_out,
-                    });
-                    rows.push(bill::measure(r, &root, window, warmup, perf.as_ref()));
-                    check_interrupted()?;
+                let mut runs = vec![Vec::new(); chosen.len()];
+                for round in 1..=rounds.max(1) {
+                    for (r, runs) in chosen.iter().zip(&mut runs) {
+                        eprintln!(
+                            "cgroup-bench: bill, {n} cgroups, round {round}/{rounds}: {} ({secs} s)",
+                            r.name
+                        );
+                        let window = std::time::Duration::from_secs_f64(secs);
+                        let perf = args.perf.as_deref().map(|bin| bill::Perf {
+                            bin,
+                            out: &args.perf_out,
+                        });
+                        runs.push(bill::measure(r, &root, window, warmup, perf.as_ref()));
+                        check_interrupted()?;
+                    }
                 }
-                rep.add_bill(&args, fx.created(), secs, rows);
+                let rows = runs.into_iter().map(bill::median).collect();
+                rep.add_bill(&args, fx.created(), secs, rounds, rows);
                 drop(fx);
                 rep.print_last();
             }

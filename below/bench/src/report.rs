@@ -45,6 +45,8 @@ pub struct OverheadSection {
 pub struct BillSection {
     pub cgroups_created: usize,
     pub window_s: f64,
+    /// Runs per recorder; each row is the median one.
+    pub rounds: usize,
     pub reproduce: String,
     pub rows: Vec<BillRow>,
 }
@@ -253,13 +255,23 @@ impl Report {
         w
     }
 
-    pub fn add_bill(&mut self, a: &Args, created: usize, secs: f64, rows: Vec<BillRow>) {
+    pub fn add_bill(
+        &mut self,
+        a: &Args,
+        created: usize,
+        secs: f64,
+        rounds: usize,
+        rows: Vec<BillRow>,
+    ) {
         let mut extra = vec![
             "--bill-sizes".into(),
             created.to_string(),
             "--bill-secs".into(),
             secs.to_string(),
         ];
+        if rounds > 1 {
+            extra.extend(["--bill-rounds".into(), rounds.to_string()]);
+        }
         if !a.recorders.is_empty() {
             extra.extend(["--recorders".into(), a.recorders.join(",")]);
         }
@@ -271,6 +283,7 @@ impl Report {
         let sec = BillSection {
             cgroups_created: created,
             window_s: secs,
+            rounds,
             reproduce: reproduce(a, "bill", &extra),
             rows,
         };

@@ -20,7 +20,7 @@ impl Report {
             out,
             "### The bill: `below record -i 1`, {} cgroups, kernel {}\n\nReproduce: `{}`\n\n\
              One recorder at a time on the same tree, each measured over {} s once it has \
-             written two samples. CPU: utime + stime of the whole process over the window ÷ \
+             written two samples{}. CPU: utime + stime of the whole process over the window ÷ \
              samples it wrote in it; store: data bytes ÷ samples stored; ratio: below 0.9's \
              CPU per sample (same compression) ÷ this row's.\n\n\
              | recorder | CPU ms / written sample | below 0.9 ÷ this | written / expected \
@@ -30,6 +30,15 @@ impl Report {
             self.kernel,
             s.reproduce,
             s.window_s,
+            if s.rounds > 1 {
+                format!(
+                    ", in {} rounds (every recorder once per round); each row is the recorder's \
+                     median run, every run's CPU per sample in parentheses",
+                    s.rounds
+                )
+            } else {
+                String::new()
+            },
         );
         let below09 = |z: bool| {
             s.rows
@@ -46,7 +55,7 @@ impl Report {
                 out,
                 "| {} | {} | {} | {} / {} | {} | {} | {} |",
                 r.recorder,
-                num(r.cpu_ms_per_sample),
+                cpu_cell(r),
                 times(base.and_then(|b| ratio(b.cpu_ms_per_sample, r.cpu_ms_per_sample))),
                 r.written,
                 r.expected,
@@ -215,4 +224,13 @@ impl Report {
         }
         out
     }
+}
+
+/// CPU per sample, with every round's when there were several.
+fn cpu_cell(r: &BillRow) -> String {
+    if r.rounds_cpu_ms.is_empty() {
+        return num(r.cpu_ms_per_sample);
+    }
+    let all: Vec<String> = r.rounds_cpu_ms.iter().map(|&c| num(c)).collect();
+    format!("{} ({})", num(r.cpu_ms_per_sample), all.join(", "))
 }
