@@ -62,6 +62,8 @@ impl Tree {
         if self.same_shape(nodes.iter().map(|n| (n.parent, n.name.as_str()))) {
             self.update(|i, s| *s = std::mem::take(&mut nodes[i].sample));
         } else {
+            // Freed before the new one is built: one tree at a time.
+            self.root = CgroupSample::default();
             self.shape = nodes.iter().map(|n| (n.parent, n.name.clone())).collect();
             (self.root, self.order) = build(nodes);
             self.held = true;

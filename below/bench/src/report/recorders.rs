@@ -68,8 +68,9 @@ impl Report {
             out,
             "\nWhere a sample's CPU goes (thread CPU ms per sample, mean over the run's \
              samples but the first, from the recorders' per-sample timing lines; cgroups = \
-             the pass plus decoding into below's samples (for plain read: reading and \
-             parsing the files); loop = sleeping and logging; unaccounted = the whole \
+             the pass plus decoding into below's samples, in the tree kept from the last \
+             sample (for plain read: reading and parsing the files); tree = taking that \
+             tree out for the sample; loop = sleeping and logging; unaccounted = the whole \
              process's CPU per loop − the phases):\n\n\
              | recorder | below's collectors | BPF pass | cgroups | tree | store write | drop \
              | loop | process | unaccounted |\n\
