@@ -121,7 +121,6 @@ pub fn record(logger: &slog::Logger, cfg: &Config, opts: RecordOpts) -> Result<(
             port
         );
     }
-    bstats_store::keep_heap();
     let top = crate::top::top_n(cfg, &opts.top)?;
     if top.as_ref().is_some_and(|t| t.by == bpf_stats::TopBy::Io) && !opts.collect_io_stat {
         bail!("--cgroup-top-by io ranks by io.stat: it needs --collect-io-stat");

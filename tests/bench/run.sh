@@ -111,7 +111,9 @@ elif [ $mode = upstream ]; then
 elif [ $mode = scrape ]; then
   vm_timeout=900 suffix=-scrape
 elif [ $mode = soak ]; then
-  args=(--sections soak --soak-cgroups 5000 --soak-secs 600 --soak-every-s 30 "${recorder_args[@]}")
+  # Compressed (as below's own unit records): 10 min of uncompressed
+  # samples at 5,000 cgroups would outgrow the guest's tmpfs.
+  args=(--sections soak --soak-cgroups 5000 --soak-secs 600 --soak-every-s 30 --soak-recorder bpf-z "${recorder_args[@]}")
   vm_timeout=2400 mem=4G suffix=-soak
 else
   # Sized for TCG (~50x slower than the host): every cell stops after its

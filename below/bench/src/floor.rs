@@ -27,8 +27,6 @@ pub fn record_floor(store_dir: &Path, root: &Path, compress: bool) -> Result<()>
             nix::sys::signal::SigHandler::Handler(on_term),
         )
     }?;
-    // As `below record`: the floor's store write costs what ours does.
-    bstats_store::keep_heap();
     let logger = slog::Logger::root(slog::Discard, slog::o!());
     let mut c = bstats_model::Collector::new(
         logger.clone(),

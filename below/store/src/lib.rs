@@ -80,25 +80,6 @@ pub struct Recorder {
     cleanup_failures: FailureLog,
 }
 
-/// Keeps freed heap memory in the process instead of handing it back to
-/// the kernel after every sample.
-///
-/// Each store write serializes the whole frame (megabytes at thousands of
-/// cgroups) into a fresh buffer. With glibc's default (adaptive) thresholds
-/// such a buffer is mmapped or trimmed away when freed, and the next sample
-/// faults the same pages in again, each one zeroed by the kernel. Fixed
-/// thresholds keep the heap at its high-water mark: bounded by the largest
-/// sample, not growing.
-pub fn keep_heap() {
-    #[cfg(target_env = "gnu")]
-    // SAFETY: mallopt only sets the allocator's parameters.
-    unsafe {
-        // glibc's largest mmap threshold; a larger buffer is still mmapped.
-        libc::mallopt(libc::M_MMAP_THRESHOLD, 32 << 20);
-        libc::mallopt(libc::M_TRIM_THRESHOLD, 64 << 20);
-    }
-}
-
 impl Recorder {
     /// Fails if the store cannot be opened at all (e.g. another `record`
     /// holds it): at start that is fatal, as in below.
