@@ -307,6 +307,11 @@ fn main() -> Result<()> {
                     .or(args.bill_rounds.last())
                     .context("--bill-rounds is empty")?;
                 let fx = fixture::Fixture::create(&root, n, args.holders, args.hold_mb)?;
+                let window = std::time::Duration::from_secs_f64(secs);
+                let perf = args.perf.as_deref().map(|bin| bill::Perf {
+                    bin,
+                    out: &args.perf_out,
+                });
                 let mut runs = vec![Vec::new(); chosen.len()];
                 for round in 1..=rounds.max(1) {
                     for (r, runs) in chosen.iter().zip(&mut runs) {
@@ -314,11 +319,6 @@ fn main() -> Result<()> {
                             "cgroup-bench: bill, {n} cgroups, round {round}/{rounds}: {} ({secs} s)",
                             r.name
                         );
-                        let window = std::time::Duration::from_secs_f64(secs);
-                        let perf = args.perf.as_deref().map(|bin| bill::Perf {
-                            bin,
-                            out: &args.perf_out,
-                        });
                         runs.push(bill::measure(r, &root, window, warmup, perf.as_ref()));
                         check_interrupted()?;
                     }

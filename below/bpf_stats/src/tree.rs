@@ -16,11 +16,12 @@ use crate::Node;
 pub struct Tree {
     root: CgroupSample,
     /// (parent, name) of each cgroup, in the snapshot pre-order the tree
-    /// was built from; empty while the tree is out ([`Tree::take`]).
+    /// was built from.
     shape: Vec<(Option<usize>, String)>,
     /// The snapshot index of each node, in the tree's own pre-order
     /// (children by name).
     order: Vec<usize>,
+    /// The tree is here, not out for a sample ([`Tree::take`]).
     held: bool,
 }
 

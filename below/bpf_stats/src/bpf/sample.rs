@@ -14,23 +14,11 @@ use crate::StatFile;
 use crate::TopBy;
 
 impl Decoder {
-    /// The sample of `files` a record holds. The root's cpu.stat and
-    /// pressure are left out (the kernel fills them from system-wide state).
-    #[cfg(test)]
-    pub(crate) fn sample(
-        &self,
-        r: &Record,
-        files: FileSet,
-        prev: &mut PrevCputime,
-    ) -> CgroupSample {
-        let mut s = CgroupSample::default();
-        self.fill(r, files, prev, &mut s);
-        s
-    }
-
-    /// `s` becomes the sample of `files` the record holds, as
-    /// [`Decoder::sample`] makes it; of what `s` held before, only the sets
-    /// that still have the same members are kept (not allocated again).
+    /// `s` becomes the sample of `files` the record holds. The root's
+    /// cpu.stat and pressure are left out (the kernel fills them from
+    /// system-wide state). Of what `s` held before, only the sets that still
+    /// have the same members are kept (not allocated again); every other
+    /// field is the record's or `None`.
     pub(crate) fn fill(
         &self,
         r: &Record,

@@ -7,6 +7,15 @@ use super::super::decode::test::*;
 use super::*;
 use crate::FileSet;
 
+impl Decoder {
+    /// A fresh sample: what `fill` makes of a default one.
+    fn sample(&self, r: &Record, files: FileSet, prev: &mut PrevCputime) -> CgroupSample {
+        let mut s = CgroupSample::default();
+        self.fill(r, files, prev, &mut s);
+        s
+    }
+}
+
 #[test]
 fn full_record_serves_every_file() {
     let s = decoder().sample(&full(), FileSet::all(), &mut PrevCputime::new());
