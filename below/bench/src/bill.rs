@@ -7,6 +7,7 @@
 //! write of a same-sized tree) to measure our part against.
 
 use std::collections::BTreeMap;
+use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::path::PathBuf;
 use std::process::Child;
@@ -259,7 +260,8 @@ pub struct Running {
 }
 
 impl Running {
-    pub fn start(r: &Recorder, root: &Path) -> Result<Running> {
+    /// Starts `r` on `root`, confined to `cpus` when not empty.
+    pub fn start(r: &Recorder, root: &Path, cpus: &[usize]) -> Result<Running> {
         let dir = tempfile::tempdir()?;
         let store = dir.path().join("store");
         let config = dir.path().join("below.conf");
@@ -279,7 +281,30 @@ impl Running {
                 .replace("{root}", &root.display().to_string())
         };
         let argv: Vec<String> = r.argv.iter().map(fill).collect();
-        let child = Command::new(&argv[0])
+        let mut cmd = Command::new(&argv[0]);
+        if !cpus.is_empty() {
+            let max = libc::CPU_SETSIZE as usize;
+            if let Some(c) = cpus.iter().find(|&&c| c >= max) {
+                bail!("--bill-cpus: CPU {c} is beyond the {max} a CPU set holds");
+            }
+            // SAFETY: a zeroed cpu_set_t is the empty set, and every index
+            // set is within it (checked above).
+            let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+            for &c in cpus {
+                unsafe { libc::CPU_SET(c, &mut set) };
+            }
+            // SAFETY: sched_setaffinity is async-signal-safe and `set` is
+            // a copy owned by the closure.
+            unsafe {
+                cmd.pre_exec(move || {
+                    if libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    Ok(())
+                })
+            };
+        }
+        let child = cmd
             .args(&argv[1..])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -392,13 +417,14 @@ pub fn measure(
     window: Duration,
     warmup: Duration,
     perf: Option<&Perf>,
+    cpus: &[usize],
 ) -> BillRow {
     let mut row = BillRow {
         key: r.key.clone(),
         recorder: r.name.clone(),
         ..Default::default()
     };
-    match measure_inner(r, root, window, warmup, perf, &mut row) {
+    match measure_inner(r, root, window, warmup, perf, cpus, &mut row) {
         Ok(()) => row.status = "ok".into(),
         Err(e) => row.status = format!("n/a: {e:#}"),
     }
@@ -411,10 +437,11 @@ fn measure_inner(
     window: Duration,
     warmup: Duration,
     perf: Option<&Perf>,
+    cpus: &[usize],
     row: &mut BillRow,
 ) -> Result<()> {
     row.command = crate::report::sh_join(&r.argv);
-    let mut run = Running::start(r, root)?;
+    let mut run = Running::start(r, root, cpus)?;
     run.wait_for_samples(2, warmup)?;
     let pid = run.child.id();
     let profile = perf.map(|p| p.start(pid, &r.key)).transpose()?;

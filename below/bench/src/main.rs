@@ -75,6 +75,11 @@ pub struct Args {
     /// row is its median run (rows of identical work vary between runs)
     #[arg(long, default_value = "1", value_delimiter = ',')]
     bill_rounds: Vec<usize>,
+    /// bill: CPUs each recorder (all its threads) is confined to, e.g. 1;
+    /// every recorder alike. Under TCG a hand-off between threads on two
+    /// vCPUs can spin for a whole time slice of the other vCPU
+    #[arg(long, value_delimiter = ',')]
+    bill_cpus: Vec<usize>,
     /// bill, soak: seconds a recorder may take for its first two samples
     #[arg(long, default_value_t = 300.0)]
     warmup_s: f64,
@@ -319,7 +324,14 @@ fn main() -> Result<()> {
                             "cgroup-bench: bill, {n} cgroups, round {round}/{rounds}: {} ({secs} s)",
                             r.name
                         );
-                        runs.push(bill::measure(r, &root, window, warmup, perf.as_ref()));
+                        runs.push(bill::measure(
+                            r,
+                            &root,
+                            window,
+                            warmup,
+                            perf.as_ref(),
+                            &args.bill_cpus,
+                        ));
                         check_interrupted()?;
                     }
                 }

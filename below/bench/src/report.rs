@@ -275,6 +275,10 @@ impl Report {
         if !a.recorders.is_empty() {
             extra.extend(["--recorders".into(), a.recorders.join(",")]);
         }
+        if !a.bill_cpus.is_empty() {
+            let cpus: Vec<String> = a.bill_cpus.iter().map(|c| c.to_string()).collect();
+            extra.extend(["--bill-cpus".into(), cpus.join(",")]);
+        }
         if let Some(p) = &a.perf {
             extra.extend(["--perf".into(), p.display().to_string()]);
             extra.extend(["--perf-out".into(), a.perf_out.display().to_string()]);
