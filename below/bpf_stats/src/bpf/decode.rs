@@ -98,28 +98,32 @@ impl Decoder {
         (pages * self.page_size) as i64
     }
 
-    /// memory.numa_stat: the nodes the text prints, in its units.
-    pub(crate) fn numa_stat(&self, r: &Record) -> Option<BTreeMap<u32, MemoryNumaStat>> {
+    /// memory.numa_stat: the nodes the text prints, in its units; written
+    /// over `old` when given (a node's entry is kept while it is printed).
+    pub(crate) fn numa_stat(
+        &self,
+        r: &Record,
+        old: Option<BTreeMap<u32, MemoryNumaStat>>,
+    ) -> Option<BTreeMap<u32, MemoryNumaStat>> {
         let layout = self.numa?;
-        let stats = (0..r.numa.len())
-            .filter(|n| self.memory_nodes & (1 << n) != 0)
-            .map(|n| {
-                let mut m = MemoryNumaStat::default();
-                let items = NUMA_ITEMS.iter().zip(NUMA_FIELDS).zip(&layout);
-                for (((item, field), &idx), &v) in items.zip(&r.numa[n]) {
-                    if let (Some(field), true) = (field, idx != NUMA_NO_IDX) {
-                        *field(&mut m) = Some(
-                            v * match item.unit {
-                                Unit::Page => self.page_size,
-                                Unit::One => 1,
-                                Unit::KiB => 1024,
-                            },
-                        );
-                    }
+        let mut stats = old.unwrap_or_default();
+        let printed = |n: usize| n < r.numa.len() && self.memory_nodes & (1 << n) != 0;
+        stats.retain(|&n, _| printed(n as usize));
+        for n in (0..r.numa.len()).filter(|&n| printed(n)) {
+            let m = stats.entry(n as u32).or_default();
+            let items = NUMA_ITEMS.iter().zip(NUMA_FIELDS).zip(&layout);
+            for (((item, field), &idx), &v) in items.zip(&r.numa[n]) {
+                if let Some(field) = field {
+                    *field(m) = (idx != NUMA_NO_IDX).then(|| {
+                        v * match item.unit {
+                            Unit::Page => self.page_size,
+                            Unit::One => 1,
+                            Unit::KiB => 1024,
+                        }
+                    });
                 }
-                (n as u32, m)
-            })
-            .collect();
+            }
+        }
         Some(stats)
     }
 }

@@ -136,11 +136,17 @@ fn full_record_decodes_in_the_files_units() {
     assert_eq!(ms.zswap, None, "ABSENT");
 
     // Node 0 only (memory_nodes), the two items this kernel prints, scaled.
-    let numa = d.numa_stat(&r).unwrap();
+    let numa = d.numa_stat(&r, None).unwrap();
     assert_eq!(numa.keys().copied().collect::<Vec<_>>(), [0]);
     let n0 = &numa[&0];
     assert_eq!((n0.anon, n0.file), (Some(10 * PAGE), Some(11 * PAGE)));
     assert_eq!(n0.kernel_stack, None);
+    // Written over an old map: a node no longer printed goes, a value this
+    // kernel does not print is cleared.
+    let mut old = numa.clone();
+    old.get_mut(&0).unwrap().kernel_stack = Some(1);
+    old.insert(1, Default::default());
+    assert_eq!(d.numa_stat(&r, Some(old)), Some(numa));
 
     assert_eq!(d.bytes(r.mem_usage), 10 * PAGE as i64);
     assert_eq!(d.limit(r.mem_min), 0);

@@ -8,6 +8,7 @@ use cgroupfs::MemNodes;
 use model::CgroupSample;
 
 use super::contract::*;
+use super::decode;
 use super::decode::*;
 use crate::FileSet;
 use crate::StatFile;
@@ -18,7 +19,7 @@ impl Decoder {
     /// cpu.stat and pressure are left out (the kernel fills them from
     /// system-wide state). Of what `s` held before, only the sets that still
     /// have the same members are kept (not allocated again); every other
-    /// field is the record's or `None`.
+    /// field is the record's or `None`, and `children` is left to the tree.
     pub(crate) fn fill(
         &self,
         r: &Record,
@@ -26,57 +27,100 @@ impl Decoder {
         prev: &mut PrevCputime,
         s: &mut CgroupSample,
     ) {
-        let mut old = std::mem::take(s);
+        // Each field is written where it is: the pattern names every one
+        // (no `..`), so a field below adds fails to compile until set here.
+        let CgroupSample {
+            cpu_stat,
+            io_stat,
+            tids_current,
+            tids_max,
+            memory_current,
+            memory_stat,
+            pressure,
+            children: _,
+            memory_swap_current,
+            memory_zswap_current,
+            memory_min,
+            memory_low,
+            memory_high,
+            memory_max,
+            memory_swap_max,
+            memory_zswap_max,
+            memory_events,
+            memory_events_local,
+            inode_number,
+            cgroup_stat,
+            memory_numa_stat,
+            cpuset_cpus,
+            cpuset_cpus_effective,
+            cpuset_mems,
+            cpuset_mems_effective,
+            cpu_weight,
+            cpu_max,
+            cgroup_controllers,
+            cgroup_subtree_control,
+        } = s;
         let want = |f| files.contains(f);
         let has = |flag| has(r, flag);
         let root = r.level == 0;
-        s.inode_number = Some(r.id as i64);
-        if want(StatFile::CgroupStat) {
-            s.cgroup_stat = Some(cgroup_stat(r));
-        }
-        if want(StatFile::CgroupControllers) {
-            s.cgroup_controllers = Some(controllers(r.controllers, old.cgroup_controllers.take()));
-        }
-        if want(StatFile::CgroupSubtreeControl) {
-            s.cgroup_subtree_control = Some(controllers(
-                r.subtree_control,
-                old.cgroup_subtree_control.take(),
-            ));
-        }
-        if want(StatFile::CpuStat) && !root && has(HAS_BSTAT) {
-            s.cpu_stat = Some(cpu_stat(r, prev));
-        }
-        if want(StatFile::CpuPressure) && !root && has(HAS_PSI) {
-            s.pressure = Some(pressure(r));
-        }
-        if !root && has(HAS_PIDS) {
-            if want(StatFile::PidsCurrent) {
-                s.tids_current = Some(r.pids_current);
-            }
-            if want(StatFile::PidsMax) {
-                s.tids_max = Some(pids_max(r));
-            }
-        }
-        if !root && has(HAS_CPU) {
-            if want(StatFile::CpuWeight) {
-                s.cpu_weight = Some(cpu_weight(r.weight));
-            }
-            if want(StatFile::CpuMax) {
-                s.cpu_max = cpu_max(r);
-            }
-        }
-        if has(HAS_CPUSET) {
-            self.cpuset(r, files, s, &mut old);
-        }
-        if want(StatFile::MemoryStat) && has(HAS_MEMSTAT) {
-            s.memory_stat = Some(memory_stat(r));
-        }
-        if want(StatFile::MemoryNumaStat) && has(HAS_NUMA) {
-            s.memory_numa_stat = self.numa_stat(r);
-        }
-        if !root && has(HAS_MEMCG) {
-            self.memcg(r, files, s);
-        }
+        *inode_number = Some(r.id as i64);
+        *cgroup_stat = want(StatFile::CgroupStat).then(|| decode::cgroup_stat(r));
+        *cgroup_controllers = want(StatFile::CgroupControllers)
+            .then(|| controllers(r.controllers, cgroup_controllers.take()));
+        *cgroup_subtree_control = want(StatFile::CgroupSubtreeControl)
+            .then(|| controllers(r.subtree_control, cgroup_subtree_control.take()));
+        *cpu_stat =
+            (want(StatFile::CpuStat) && !root && has(HAS_BSTAT)).then(|| decode::cpu_stat(r, prev));
+        *pressure =
+            (want(StatFile::CpuPressure) && !root && has(HAS_PSI)).then(|| decode::pressure(r));
+        let pids = !root && has(HAS_PIDS);
+        *tids_current = (pids && want(StatFile::PidsCurrent)).then_some(r.pids_current);
+        *tids_max = (pids && want(StatFile::PidsMax)).then(|| pids_max(r));
+        let cpu = !root && has(HAS_CPU);
+        *cpu_weight = (cpu && want(StatFile::CpuWeight)).then(|| decode::cpu_weight(r.weight));
+        *cpu_max = (cpu && want(StatFile::CpuMax))
+            .then(|| decode::cpu_max(r))
+            .flatten();
+        let cpuset = |f| has(HAS_CPUSET) && want(f);
+        let cpus = |words: &[u64], old: Option<Cpuset>| match old {
+            Some(o) if same_bits(&o.cpus, words, self.cpus) => o,
+            _ => self.cpus(words),
+        };
+        let mems = |word: u64, old: Option<MemNodes>| match old {
+            Some(o) if same_bits(&o.nodes, &[word], self.nodes) => o,
+            _ => self.mems(word),
+        };
+        *cpuset_cpus =
+            (cpuset(StatFile::CpusetCpus) && !root).then(|| cpus(&r.cpus, cpuset_cpus.take()));
+        *cpuset_cpus_effective = cpuset(StatFile::CpusetCpusEffective)
+            .then(|| cpus(&r.cpus_effective, cpuset_cpus_effective.take()));
+        *cpuset_mems =
+            (cpuset(StatFile::CpusetMems) && !root).then(|| mems(r.mems, cpuset_mems.take()));
+        *cpuset_mems_effective = cpuset(StatFile::CpusetMemsEffective)
+            .then(|| mems(r.mems_effective, cpuset_mems_effective.take()));
+        *memory_stat =
+            (want(StatFile::MemoryStat) && has(HAS_MEMSTAT)).then(|| decode::memory_stat(r));
+        *memory_numa_stat = (want(StatFile::MemoryNumaStat) && has(HAS_NUMA))
+            .then(|| self.numa_stat(r, memory_numa_stat.take()))
+            .flatten();
+        // The memcg's page counters and event arrays.
+        let memcg = |f| !root && has(HAS_MEMCG) && want(f);
+        *memory_current = memcg(StatFile::MemoryCurrent).then(|| self.bytes(r.mem_usage));
+        *memory_swap_current = memcg(StatFile::MemorySwapCurrent).then(|| self.bytes(r.swap_usage));
+        *memory_min = memcg(StatFile::MemoryMin).then(|| self.limit(r.mem_min));
+        *memory_low = memcg(StatFile::MemoryLow).then(|| self.limit(r.mem_low));
+        *memory_high = memcg(StatFile::MemoryHigh).then(|| self.limit(r.mem_high));
+        *memory_max = memcg(StatFile::MemoryMax).then(|| self.limit(r.mem_max));
+        *memory_swap_max = memcg(StatFile::MemorySwapMax).then(|| self.limit(r.swap_max));
+        *memory_zswap_max = memcg(StatFile::MemoryZswapMax)
+            .then(|| self.zswap_max(r))
+            .flatten();
+        *memory_events = memcg(StatFile::MemoryEvents).then(|| decode::memory_events(r));
+        *memory_events_local =
+            memcg(StatFile::MemoryEventsLocal).then(|| decode::memory_events_local(r));
+        // Not in the record: text files fill them after this.
+        *io_stat = None;
+        *memory_zswap_current = None;
     }
 
     /// The value top-N ranks `r` by, in the units of [`TopBy::value`];
@@ -92,67 +136,6 @@ impl Decoder {
                 t.cpu_some + t.io_some + t.memory_some
             }),
             TopBy::Io => None,
-        }
-    }
-
-    fn cpuset(&self, r: &Record, files: FileSet, s: &mut CgroupSample, old: &mut CgroupSample) {
-        let root = r.level == 0;
-        let cpus = |words: &[u64], old: Option<Cpuset>| match old {
-            Some(o) if same_bits(&o.cpus, words, self.cpus) => o,
-            _ => self.cpus(words),
-        };
-        let mems = |word: u64, old: Option<MemNodes>| match old {
-            Some(o) if same_bits(&o.nodes, &[word], self.nodes) => o,
-            _ => self.mems(word),
-        };
-        if files.contains(StatFile::CpusetCpus) && !root {
-            s.cpuset_cpus = Some(cpus(&r.cpus, old.cpuset_cpus.take()));
-        }
-        if files.contains(StatFile::CpusetCpusEffective) {
-            s.cpuset_cpus_effective =
-                Some(cpus(&r.cpus_effective, old.cpuset_cpus_effective.take()));
-        }
-        if files.contains(StatFile::CpusetMems) && !root {
-            s.cpuset_mems = Some(mems(r.mems, old.cpuset_mems.take()));
-        }
-        if files.contains(StatFile::CpusetMemsEffective) {
-            s.cpuset_mems_effective =
-                Some(mems(r.mems_effective, old.cpuset_mems_effective.take()));
-        }
-    }
-
-    /// The memcg's page counters and event arrays.
-    fn memcg(&self, r: &Record, files: FileSet, s: &mut CgroupSample) {
-        let want = |f| files.contains(f);
-        if want(StatFile::MemoryCurrent) {
-            s.memory_current = Some(self.bytes(r.mem_usage));
-        }
-        if want(StatFile::MemorySwapCurrent) {
-            s.memory_swap_current = Some(self.bytes(r.swap_usage));
-        }
-        if want(StatFile::MemoryMin) {
-            s.memory_min = Some(self.limit(r.mem_min));
-        }
-        if want(StatFile::MemoryLow) {
-            s.memory_low = Some(self.limit(r.mem_low));
-        }
-        if want(StatFile::MemoryHigh) {
-            s.memory_high = Some(self.limit(r.mem_high));
-        }
-        if want(StatFile::MemoryMax) {
-            s.memory_max = Some(self.limit(r.mem_max));
-        }
-        if want(StatFile::MemorySwapMax) {
-            s.memory_swap_max = Some(self.limit(r.swap_max));
-        }
-        if want(StatFile::MemoryZswapMax) {
-            s.memory_zswap_max = self.zswap_max(r);
-        }
-        if want(StatFile::MemoryEvents) {
-            s.memory_events = Some(memory_events(r));
-        }
-        if want(StatFile::MemoryEventsLocal) {
-            s.memory_events_local = Some(memory_events_local(r));
         }
     }
 }

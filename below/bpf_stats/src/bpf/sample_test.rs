@@ -134,6 +134,19 @@ fn fill_over_an_old_sample_is_a_fresh_sample() {
     assert_eq!(s, d.sample(&r, FileSet::all(), &mut PrevCputime::new()));
     assert_eq!(s.cgroup_subtree_control, Some(BTreeSet::new()));
     assert!(s.pressure.is_none() && s.tids_current.is_none() && s.io_stat.is_none());
+    // Files no longer asked for are cleared; the tree's children are left.
+    let mut some = FileSet::empty();
+    some.insert(StatFile::CpuStat);
+    some.insert(StatFile::MemoryCurrent);
+    s.memory_zswap_current = Some(1);
+    let children = Some([("c".to_string(), CgroupSample::default())].into());
+    s.children = children.clone();
+    d.fill(&r, some, &mut PrevCputime::new(), &mut s);
+    assert_eq!(s.children, children);
+    s.children = None;
+    assert_eq!(s, d.sample(&r, some, &mut PrevCputime::new()));
+    assert!(s.memory_current.is_some() && s.memory_stat.is_none() && s.cgroup_stat.is_none());
+    assert!(s.memory_zswap_current.is_none() && s.cpuset_cpus.is_none());
 }
 
 #[test]
