@@ -22,9 +22,11 @@
 #             name them.
 #   --ratios  the bill's targets at 1,000 cgroups, in 3 rounds (median run
 #             per row): below 0.9, below main BPF (when built), ours BPF and
-#             the floor, each with and without --compress (~25 min).
+#             the floor, each with and without --compress, every recorder
+#             confined to CPU 1 (~25 min).
 #   --top     top-N's bound: ours with --cgroup-top 200 at 200 and 10,000
-#             cgroups, with and without --compress, in 3 rounds (~15 min).
+#             cgroups, with and without --compress, in 3 rounds, on CPU 1
+#             (~15 min).
 #   --upstream  the bill's rows for patches/below at 1,000 and 5,000 cgroups,
 #             without --compress: below 0.9, below main files /
 #             enable_cgroup_bpf / + the series, ours BPF, the floor (~10 min;
@@ -97,10 +99,12 @@ elif [ $mode = bill ]; then
 elif [ $mode = ratios ]; then
   recs=below09,below09-z,bpf,bpf-z,floor,floor-z
   [ -z "${BELOW_MAIN_BIN:-}" ] || recs+=,main-bpf,main-bpf-z
-  args=(--sections bill --bill-sizes 1000 --bill-secs 30 --bill-rounds 3 --recorders "$recs" "${recorder_args[@]}")
+  # Every recorder on CPU 1: under TCG a hand-off between two vCPUs (below's
+  # procreader pool) can spin for the other's time slice, the ratios' noise.
+  args=(--sections bill --bill-sizes 1000 --bill-secs 30 --bill-rounds 3 --bill-cpus 1 --recorders "$recs" "${recorder_args[@]}")
   vm_timeout=5400 mem=4G suffix=-ratios
 elif [ $mode = top ]; then
-  args=(--sections bill --bill-sizes 200,10000 --bill-secs 30 --bill-rounds 3
+  args=(--sections bill --bill-sizes 200,10000 --bill-secs 30 --bill-rounds 3 --bill-cpus 1
         --recorders bpf-top200,bpf-top200-z "${recorder_args[@]}")
   vm_timeout=3600 mem=4G suffix=-top
 elif [ $mode = upstream ]; then
