@@ -88,12 +88,17 @@ pub fn recorders(b: &Binaries) -> Result<Vec<Recorder>> {
         ));
     }
     if let Some(p) = b.ours {
+        // Exitstats off, as every other row: the same work compared.
+        let off = "--disable-exitstats";
         for (be, label) in [("bpf", "BPF"), ("read", "plain read"), ("stream", "stream")] {
-            let a = [&["--debug", "--cgroup-backend", be][..], &rec[..]].concat();
+            let a = [&["--debug", "--cgroup-backend", be][..], &rec[..], &[off]].concat();
             plain.push(row(be, &format!("ours, {label}"), p, &a, ""));
         }
+        // What exitstats (on by default) adds.
+        let a = [&["--debug", "--cgroup-backend", "bpf"][..], &rec[..]].concat();
+        plain.push(row("bpf-exitstats", "ours, BPF, exitstats on", p, &a, ""));
         // Top-N: the cost at many cgroups should be that of the N kept.
-        let a = [&["--debug"][..], &rec[..], &["--cgroup-top", "200"]].concat();
+        let a = [&["--debug"][..], &rec[..], &["--cgroup-top", "200", off]].concat();
         plain.push(row("bpf-top200", "ours, BPF, --cgroup-top 200", p, &a, ""));
     }
     let me = std::env::current_exe()?;
@@ -548,6 +553,8 @@ mod test {
                 "read-z",
                 "stream",
                 "stream-z",
+                "bpf-exitstats",
+                "bpf-exitstats-z",
                 "bpf-top200",
                 "bpf-top200-z",
                 "floor",
@@ -561,5 +568,15 @@ mod test {
             r[2].argv[..4],
             ["/ours", "--debug", "--cgroup-backend", "bpf"]
         );
+        // Exitstats off everywhere but the row that shows its cost.
+        let off = "--disable-exitstats".to_string();
+        for r in &r {
+            assert_eq!(
+                r.argv.contains(&off),
+                !r.key.starts_with("bpf-exitstats") && !r.key.starts_with("floor"),
+                "{}",
+                r.key
+            );
+        }
     }
 }
