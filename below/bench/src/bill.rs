@@ -264,9 +264,32 @@ pub struct Running {
     pub dir: tempfile::TempDir,
 }
 
+/// The CPUs every recorder is confined to (`--bill-cpus`; none: any).
+#[derive(Clone, Copy, Default)]
+pub struct Cpus(Option<libc::cpu_set_t>);
+
+impl Cpus {
+    pub fn new(cpus: &[usize]) -> Result<Cpus> {
+        if cpus.is_empty() {
+            return Ok(Cpus(None));
+        }
+        let max = libc::CPU_SETSIZE as usize;
+        if let Some(c) = cpus.iter().find(|&&c| c >= max) {
+            bail!("--bill-cpus: CPU {c} is beyond the {max} a CPU set holds");
+        }
+        // SAFETY: a zeroed cpu_set_t is the empty set, and every index set
+        // is within it (checked above).
+        let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+        for &c in cpus {
+            unsafe { libc::CPU_SET(c, &mut set) };
+        }
+        Ok(Cpus(Some(set)))
+    }
+}
+
 impl Running {
-    /// Starts `r` on `root`, confined to `cpus` when not empty.
-    pub fn start(r: &Recorder, root: &Path, cpus: &[usize]) -> Result<Running> {
+    /// Starts `r` on `root`, confined to `cpus`.
+    pub fn start(r: &Recorder, root: &Path, cpus: Cpus) -> Result<Running> {
         let dir = tempfile::tempdir()?;
         let store = dir.path().join("store");
         let config = dir.path().join("below.conf");
@@ -287,17 +310,7 @@ impl Running {
         };
         let argv: Vec<String> = r.argv.iter().map(fill).collect();
         let mut cmd = Command::new(&argv[0]);
-        if !cpus.is_empty() {
-            let max = libc::CPU_SETSIZE as usize;
-            if let Some(c) = cpus.iter().find(|&&c| c >= max) {
-                bail!("--bill-cpus: CPU {c} is beyond the {max} a CPU set holds");
-            }
-            // SAFETY: a zeroed cpu_set_t is the empty set, and every index
-            // set is within it (checked above).
-            let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-            for &c in cpus {
-                unsafe { libc::CPU_SET(c, &mut set) };
-            }
+        if let Some(set) = cpus.0 {
             // SAFETY: sched_setaffinity is async-signal-safe and `set` is
             // a copy owned by the closure.
             unsafe {
@@ -422,7 +435,7 @@ pub fn measure(
     window: Duration,
     warmup: Duration,
     perf: Option<&Perf>,
-    cpus: &[usize],
+    cpus: Cpus,
 ) -> BillRow {
     let mut row = BillRow {
         key: r.key.clone(),
@@ -442,7 +455,7 @@ fn measure_inner(
     window: Duration,
     warmup: Duration,
     perf: Option<&Perf>,
-    cpus: &[usize],
+    cpus: Cpus,
     row: &mut BillRow,
 ) -> Result<()> {
     row.command = crate::report::sh_join(&r.argv);

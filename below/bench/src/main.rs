@@ -287,6 +287,7 @@ fn main() -> Result<()> {
             ours: args.below.as_deref(),
         })?;
         let warmup = std::time::Duration::from_secs_f64(args.warmup_s);
+        let cpus = bill::Cpus::new(&args.bill_cpus)?;
         if args.has("bill") {
             let chosen: Vec<&bill::Recorder> = if args.recorders.is_empty() {
                 all.iter().collect()
@@ -324,14 +325,7 @@ fn main() -> Result<()> {
                             "cgroup-bench: bill, {n} cgroups, round {round}/{rounds}: {} ({secs} s)",
                             r.name
                         );
-                        runs.push(bill::measure(
-                            r,
-                            &root,
-                            window,
-                            warmup,
-                            perf.as_ref(),
-                            &args.bill_cpus,
-                        ));
+                        runs.push(bill::measure(r, &root, window, warmup, perf.as_ref(), cpus));
                         check_interrupted()?;
                     }
                 }

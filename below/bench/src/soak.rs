@@ -17,6 +17,7 @@ use serde::Serialize;
 
 use crate::bill::status_kib;
 use crate::bill::store_size;
+use crate::bill::Cpus;
 use crate::bill::Recorder;
 use crate::bill::Running;
 
@@ -92,7 +93,7 @@ fn soak_inner(r: &Recorder, root: &Path, cfg: &SoakConfig, res: &mut SoakResult)
         .context("Failed to start the churn process")?;
     let out = (|| -> Result<()> {
         res.command = crate::report::sh_join(&r.argv);
-        let mut run = Running::start(r, root, &[])?;
+        let mut run = Running::start(r, root, Cpus::default())?;
         run.wait_for_samples(1, cfg.warmup)?;
         let pid = run.child.id();
         let t0 = Instant::now();
