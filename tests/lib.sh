@@ -23,7 +23,8 @@ check() {
   if "$@"; then
     PASSED=$((PASSED + 1)); log "=== $name: ok ($((SECONDS - t0)) s)"
   else
-    FAILED=$((FAILED + 1)); FAILURES+=("$name"); log "=== $name: FAILED ($((SECONDS - t0)) s)"
+    FAILED=$((FAILED + 1)); FAILURES+=("$name")
+    log "=== $name: FAILED ($((SECONDS - t0)) s; $(df -h --output=avail "$REPO_ROOT" | tail -n 1 | tr -d ' ') free on the repo's disk)"
   fi
 }
 

@@ -38,4 +38,7 @@ check "7.3 guest: files and enable_cgroup_bpf dumps agree" \
   guest debian-7.3 "cgroup BPF: memory.stat from BPF"
 check "6.1 guest: no memcg kfuncs, memory.stat read from the file, dumps agree" \
   guest debian-6.1 "cgroup BPF: memory.stat from the file: kernel lacks kfunc"
+# The ~2 GB target dirs serve rebuilds after a series change; drop them in CI
+# (the binaries stay cached in $UP/bin).
+if [ "${CI:-}" = true ]; then rm -rf "$UP/target" "$UP"/target-*; fi
 tally_summary
