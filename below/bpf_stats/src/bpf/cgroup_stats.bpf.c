@@ -174,12 +174,14 @@ struct psi_group___bstats {
 #define PSI_STATE(row, state) state##___bstats,
 enum psi_states___bstats { PSI_ROWS(PSI_STATE) };
 
+#define PSI_STATE_OF(state) bpf_core_enum_value(enum psi_states___bstats, state##___bstats)
 #define PSI_ROW(row, state)                                                           \
 	do {                                                                          \
-		int s = bpf_core_enum_value(enum psi_states___bstats, state##___bstats); \
+		int s = PSI_STATE_OF(state);                                          \
 		bpf_core_read(&r->psi_total_ns[PSI_ROW_##row], 8, (void *)&psi->total + 8 * s); \
 		bpf_core_read(&r->psi_avg[PSI_ROW_##row], 24, (void *)&psi->avg + 24 * s); \
 	} while (0);
+#define PSI_IN_ORDER(row, state) &&PSI_STATE_OF(state) == PSI_ROW_##row
 
 static __always_inline void fill_psi(struct record *r, struct cgroup *cgrp)
 {
@@ -191,7 +193,14 @@ static __always_inline void fill_psi(struct record *r, struct cgroup *cgrp)
 	if (!psi || !BPF_CORE_READ(psi, enabled))
 		return;
 	r->flags |= HAS_PSI;
-	PSI_ROWS(PSI_ROW)
+	/* Our rows in the kernel's state order (every kernel so far): the
+	 * first row of total and avg in two reads, not two per row. */
+	if (1 PSI_ROWS(PSI_IN_ORDER)) {
+		bpf_core_read(r->psi_total_ns, sizeof(r->psi_total_ns), &psi->total);
+		bpf_core_read(r->psi_avg, sizeof(r->psi_avg), &psi->avg);
+	} else {
+		PSI_ROWS(PSI_ROW)
+	}
 }
 
 /* The members read (CONFIG_CGROUP_PIDS). */
@@ -258,18 +267,31 @@ static __always_inline void fill_cpuset(struct record *r, struct cgroup *cgrp)
 #define EVENT_OPT(key, event) event##___opt,
 enum memcg_memory_event___opt { MEMCG_EVENTS(EVENT_OPT) };
 
-/* An event this kernel does not count (sock_throttled is new) is ABSENT. */
+/* Whole kernel arrays are read here in one call each and their items
+ * picked after: a helper call per item costs more than the bytes. The
+ * iterator holds cgroup_mutex for the whole walk, so passes never share it. */
+#define SCRATCH_LONGS 64
+__u64 scratch[SCRATCH_LONGS];
+
+/* Reads the array at SRC (the CO-RE field named after it) into scratch;
+ * the items read, 0 if the read failed. */
+#define READ_ARRAY(src, ...)                                                          \
+	({                                                                            \
+		__u32 size = bpf_core_field_size(__VA_ARGS__);                        \
+		if (size > sizeof(scratch))                                           \
+			size = sizeof(scratch);                                       \
+		bpf_probe_read_kernel(scratch, size, src) ? 0 : size / 8;             \
+	})
+
+/* From a memory_events array in scratch (N items): an event this kernel
+ * does not count (sock_throttled is new) is ABSENT. */
 #define EVENT(key, event)                                                             \
-	if (bpf_core_enum_value_exists(enum memcg_memory_event___opt, event##___opt)) {             \
-		r->events[EV_##key] = BPF_CORE_READ(                                  \
-			memcg,                                                        \
-			memory_events[bpf_core_enum_value(enum memcg_memory_event___opt, event##___opt)].counter); \
-		r->events_local[EV_##key] = BPF_CORE_READ(                            \
-			memcg,                                                        \
-			memory_events_local[bpf_core_enum_value(enum memcg_memory_event___opt, event##___opt)].counter); \
-	} else {                                                                      \
-		r->events[EV_##key] = ABSENT;                                         \
-		r->events_local[EV_##key] = ABSENT;                                   \
+	{                                                                             \
+		__u32 i = bpf_core_enum_value(enum memcg_memory_event___opt, event##___opt); \
+		dst[EV_##key] = bpf_core_enum_value_exists(enum memcg_memory_event___opt, \
+							   event##___opt) && i < n    \
+					? scratch[i & (SCRATCH_LONGS - 1)]            \
+					: ABSENT;                                     \
 	}
 
 /* zswap_max needs CONFIG_ZSWAP. */
@@ -290,6 +312,7 @@ static __always_inline void fill_numa(struct record *r, struct mem_cgroup *memcg
 {
 	__u32 nodeinfo = bpf_core_field_offset(struct mem_cgroup, nodeinfo);
 	__u32 state = bpf_core_field_offset(struct lruvec_stats, state);
+	__u32 n;
 
 	for (__u32 nid = 0; nid < NUMA_NODES; nid++) {
 		struct mem_cgroup_per_node___bstats *pn = 0;
@@ -301,11 +324,15 @@ static __always_inline void fill_numa(struct record *r, struct mem_cgroup *memcg
 		stats = BPF_CORE_READ(pn, lruvec_stats);
 		if (!stats)
 			return;
+		n = READ_ARRAY(stats + state, struct lruvec_stats, state);
 		for (__u32 i = 0; i < NR_NUMA_STATS; i++) {
+			__u32 k = numa_idx[i];
 			long v = 0;
 
-			if (numa_idx[i] != NUMA_NO_IDX)
-				bpf_probe_read_kernel(&v, sizeof(v), stats + state + numa_idx[i] * sizeof(v));
+			if (k < n)
+				v = scratch[k & (SCRATCH_LONGS - 1)];
+			else if (k != NUMA_NO_IDX) /* past what scratch holds */
+				bpf_probe_read_kernel(&v, sizeof(v), stats + state + k * sizeof(v));
 			r->numa[nid][i] = v < 0 ? 0 : v;
 		}
 	}
@@ -330,7 +357,17 @@ static __always_inline void fill_memcg(struct record *r, struct cgroup *cgrp)
 	r->zswap_max = ABSENT;
 	if (bpf_core_field_exists(((struct mem_cgroup___bstats *)memcg)->zswap_max))
 		r->zswap_max = BPF_CORE_READ((struct mem_cgroup___bstats *)memcg, zswap_max);
-	MEMCG_EVENTS(EVENT)
+	{
+		__u64 *dst = r->events;
+		__u32 n = READ_ARRAY(__builtin_preserve_access_index(&memcg->memory_events),
+				     memcg->memory_events);
+
+		MEMCG_EVENTS(EVENT)
+		dst = r->events_local;
+		n = READ_ARRAY(__builtin_preserve_access_index(&memcg->memory_events_local),
+			       memcg->memory_events_local);
+		MEMCG_EVENTS(EVENT)
+	}
 	if (bpf_core_field_exists(struct mem_cgroup_per_node___bstats, lruvec_stats) &&
 	    (features & FEAT_NUMA))
 		fill_numa(r, memcg);
