@@ -79,11 +79,25 @@ macro_rules! field {
     };
 }
 
-/// The fields of `$ty` named by the keys, in list (= record slot) order,
-/// and a lookup by key for the text parsers.
+/// Sets the field of `$s` a key names to a record slot (ABSENT: None).
+macro_rules! set_field {
+    ($s:ident, $v:expr, absent $key:ident) => {
+        let _ = $v;
+    };
+    ($s:ident, $v:expr, $key:ident) => {
+        $s.$key = Some($v).filter(|&v| v != ABSENT);
+    };
+}
+
+/// A writer of the fields of `$ty` named by the keys from record slots in
+/// list order (ABSENT: None; straight-line code, not a call per field), and
+/// a lookup by key for the text parsers.
 macro_rules! keyed_fields {
-    ($ty:ty, $fields:ident, $lookup:ident, $(($($key:ident)+))*) => {
-        pub(crate) const $fields: &[Option<Field<$ty>>] = &[$(field!($ty, $($key)+),)*];
+    ($ty:ty, $fill:ident, $lookup:ident, $(($($key:ident)+))*) => {
+        pub(crate) fn $fill(s: &mut $ty, slots: &[u64]) {
+            let mut slots = slots.iter().copied();
+            $(set_field!(s, slots.next().unwrap_or(ABSENT), $($key)+);)*
+        }
 
         pub(crate) fn $lookup<'a>(s: &'a mut $ty, key: &str) -> Option<&'a mut Option<u64>> {
             let field: Option<Field<$ty>> = match key {
@@ -98,7 +112,7 @@ macro_rules! keyed_fields {
 /// memory.stat keys: `record.memstat[]` (`enum memstat_slot`).
 macro_rules! memstat_keys {
     ($(($($key:ident)+, $($c:tt)*))*) => {
-        keyed_fields!(MemoryStat, MEMSTAT_FIELDS, memory_stat_field, $(($($key)+))*);
+        keyed_fields!(MemoryStat, fill_memory_stat, memory_stat_field, $(($($key)+))*);
         #[cfg(test)]
         pub(crate) const MEMSTAT_KEYS: &[&str] = &[$(key!($($key)+),)*];
     };
@@ -107,8 +121,8 @@ macro_rules! memstat_keys {
 /// memory.events keys: `record.events[]`, `.events_local[]`.
 macro_rules! memcg_events {
     ($(($($key:ident)+, $event:ident))*) => {
-        keyed_fields!(MemoryEvents, EVENTS_FIELDS, memory_events_field, $(($($key)+))*);
-        keyed_fields!(MemoryEventsLocal, EVENTS_LOCAL_FIELDS, memory_events_local_field, $(($($key)+))*);
+        keyed_fields!(MemoryEvents, fill_memory_events, memory_events_field, $(($($key)+))*);
+        keyed_fields!(MemoryEventsLocal, fill_memory_events_local, memory_events_local_field, $(($($key)+))*);
         #[cfg(test)]
         pub(crate) const MEMCG_EVENT_KEYS: &[&str] = &[$(key!($($key)+),)*];
     };
@@ -132,7 +146,7 @@ pub(crate) struct NumaItem {
 /// memory.numa_stat lines: `record.numa[node][]` (`enum numa_item`).
 macro_rules! numa_items {
     ($(($($key:ident)+, $item:ident, $unit:ident))*) => {
-        keyed_fields!(MemoryNumaStat, NUMA_FIELDS, numa_stat_field, $(($($key)+))*);
+        keyed_fields!(MemoryNumaStat, fill_numa_stat, numa_stat_field, $(($($key)+))*);
         pub(crate) const NUMA_ITEMS: &[NumaItem] = &[$(NumaItem {
             item: stringify!($item),
             unit: Unit::$unit,

@@ -51,7 +51,7 @@ fn record_slots_agree() {
         c_enum("memstat_slot"),
         indexed("MS_", MEMSTAT_KEYS, "NR_MS")
     );
-    assert_eq!(r.memstat.len(), MEMSTAT_FIELDS.len());
+    assert_eq!(r.memstat.len(), MEMSTAT_KEYS.len());
 
     assert_eq!(
         c_enum("numa_item"),
@@ -59,7 +59,7 @@ fn record_slots_agree() {
     );
     assert_eq!(r.numa.len(), NUMA_NODES);
     assert_eq!(r.numa[0].len(), NUMA_ITEMS.len());
-    assert_eq!(NUMA_FIELDS.len(), NUMA_ITEMS.len());
+    assert_eq!(NUMA_KEYS.len(), NUMA_ITEMS.len());
 
     assert_eq!(
         c_enum("psi_row"),
@@ -72,8 +72,8 @@ fn record_slots_agree() {
         c_enum("memcg_event"),
         indexed("EV_", MEMCG_EVENT_KEYS, "NR_EVENTS")
     );
-    assert_eq!(r.events.len(), EVENTS_FIELDS.len());
-    assert_eq!(r.events_local.len(), EVENTS_LOCAL_FIELDS.len());
+    assert_eq!(r.events.len(), MEMCG_EVENT_KEYS.len());
+    assert_eq!(r.events_local.len(), MEMCG_EVENT_KEYS.len());
 
     assert_eq!(r.cpus.len(), CPU_WORDS);
     assert_eq!(r.cpus_effective.len(), CPU_WORDS);
@@ -84,12 +84,11 @@ fn record_slots_agree() {
 /// which the program does not know (newer cgroupfs structs have it).
 const NOT_IN_LISTS: &[&str] = &["hugetlb"];
 
-/// Every field of `T` set through `fields`: the list covers what below keeps.
-fn covers<T: Default + serde::Serialize>(fields: &[Option<Field<T>>]) {
+/// Every field of `T` set by `fill` from slots all 1: the list covers
+/// what below keeps.
+fn covers<T: Default + serde::Serialize>(fill: fn(&mut T, &[u64]), keys: &[&str]) {
     let mut s = T::default();
-    for f in fields.iter().flatten() {
-        *f(&mut s) = Some(1);
-    }
+    fill(&mut s, &vec![1; keys.len()]);
     let json = serde_json::to_value(&s).unwrap();
     let unset: Vec<_> = json
         .as_object()
@@ -103,24 +102,40 @@ fn covers<T: Default + serde::Serialize>(fields: &[Option<Field<T>>]) {
 
 #[test]
 fn lists_cover_below_fields() {
-    covers(MEMSTAT_FIELDS);
-    covers(NUMA_FIELDS);
-    covers(EVENTS_FIELDS);
-    covers(EVENTS_LOCAL_FIELDS);
+    covers(fill_memory_stat, MEMSTAT_KEYS);
+    covers(fill_numa_stat, NUMA_KEYS);
+    covers(fill_memory_events, MEMCG_EVENT_KEYS);
+    covers(fill_memory_events_local, MEMCG_EVENT_KEYS);
+}
+
+/// Slot i alone written by `fill` is the field the text parsers look up
+/// by key i (none for a key the struct lacks); ABSENT slots are None.
+fn lookups_agree<T: Default + PartialEq + std::fmt::Debug>(
+    fill: fn(&mut T, &[u64]),
+    lookup: for<'a> fn(&'a mut T, &str) -> Option<&'a mut Option<u64>>,
+    keys: &[&str],
+) {
+    for (i, key) in keys.iter().enumerate() {
+        let mut slots = vec![ABSENT; keys.len()];
+        slots[i] = 7;
+        let (mut a, mut b) = (T::default(), T::default());
+        fill(&mut a, &slots);
+        if let Some(field) = lookup(&mut b, key) {
+            *field = Some(7);
+        }
+        assert_eq!(a, b, "{key}");
+    }
+    assert!(lookup(&mut T::default(), "no_such_key").is_none());
 }
 
 #[test]
-fn lookups_agree_with_fields() {
-    for (key, field) in MEMSTAT_KEYS.iter().zip(MEMSTAT_FIELDS) {
-        let (mut a, mut b) = (MemoryStat::default(), MemoryStat::default());
-        match field {
-            Some(field) => {
-                *field(&mut a) = Some(7);
-                *memory_stat_field(&mut b, key).unwrap() = Some(7);
-                assert_eq!(a, b, "{key}");
-            }
-            None => assert!(memory_stat_field(&mut b, key).is_none(), "{key}"),
-        }
-    }
-    assert!(memory_stat_field(&mut MemoryStat::default(), "no_such_key").is_none());
+fn lookups_agree_with_fills() {
+    lookups_agree(fill_memory_stat, memory_stat_field, MEMSTAT_KEYS);
+    lookups_agree(fill_numa_stat, numa_stat_field, NUMA_KEYS);
+    lookups_agree(fill_memory_events, memory_events_field, MEMCG_EVENT_KEYS);
+    lookups_agree(
+        fill_memory_events_local,
+        memory_events_local_field,
+        MEMCG_EVENT_KEYS,
+    );
 }

@@ -110,19 +110,16 @@ impl Decoder {
         let printed = |n: usize| n < r.numa.len() && self.memory_nodes & (1 << n) != 0;
         stats.retain(|&n, _| printed(n as usize));
         for n in (0..r.numa.len()).filter(|&n| printed(n)) {
-            let m = stats.entry(n as u32).or_default();
-            let items = NUMA_ITEMS.iter().zip(NUMA_FIELDS).zip(&layout);
-            for (((item, field), &idx), &v) in items.zip(&r.numa[n]) {
-                if let Some(field) = field {
-                    *field(m) = (idx != NUMA_NO_IDX).then(|| {
-                        v * match item.unit {
-                            Unit::Page => self.page_size,
-                            Unit::One => 1,
-                            Unit::KiB => 1024,
-                        }
-                    });
-                }
+            let mut slots = r.numa[n];
+            for ((v, item), &idx) in slots.iter_mut().zip(NUMA_ITEMS).zip(&layout) {
+                *v = match (idx, item.unit) {
+                    (NUMA_NO_IDX, _) => ABSENT,
+                    (_, Unit::Page) => *v * self.page_size,
+                    (_, Unit::One) => *v,
+                    (_, Unit::KiB) => *v * 1024,
+                };
             }
+            fill_numa_stat(stats.entry(n as u32).or_default(), &slots);
         }
         Some(stats)
     }
@@ -162,38 +159,35 @@ pub(crate) fn cpu_max(r: &Record) -> Option<CpuMax> {
 }
 
 pub(crate) fn memory_events(r: &Record) -> MemoryEvents {
-    fields(EVENTS_FIELDS, &r.events)
-}
-
-pub(crate) fn memory_events_local(r: &Record) -> MemoryEventsLocal {
-    fields(EVENTS_LOCAL_FIELDS, &r.events_local)
-}
-
-/// A below struct from record slots in list order; ABSENT stays None.
-fn fields<T: Default>(fields: &[Option<Field<T>>], values: &[u64]) -> T {
-    let mut s = T::default();
-    for (field, &v) in fields.iter().zip(values) {
-        if let (Some(field), true) = (field, v != ABSENT) {
-            *field(&mut s) = Some(v);
-        }
-    }
+    let mut s = MemoryEvents::default();
+    fill_memory_events(&mut s, &r.events);
     s
 }
 
-pub(crate) fn memory_stat(r: &Record) -> MemoryStat {
-    fields(MEMSTAT_FIELDS, &r.memstat)
+pub(crate) fn memory_events_local(r: &Record) -> MemoryEventsLocal {
+    let mut s = MemoryEventsLocal::default();
+    fill_memory_events_local(&mut s, &r.events_local);
+    s
+}
+
+/// memory.stat, written over `old` when given: every field is set.
+pub(crate) fn memory_stat(r: &Record, old: Option<MemoryStat>) -> MemoryStat {
+    let mut s = old.unwrap_or_default();
+    fill_memory_stat(&mut s, &r.memstat);
+    s
 }
 
 pub(crate) fn cpu_stat(r: &Record, prev: &mut PrevCputime) -> CpuStat {
     // Start from the newer of the kernel's prev_cputime (moved by text
     // readers) and ours, as the text would.
     let kernel = (r.prev_utime_ns, r.prev_stime_ns);
-    let start = match prev.get(&r.id) {
-        Some(&ours) if ours.0 + ours.1 > kernel.0 + kernel.1 => ours,
+    let ours = prev.entry(r.id).or_insert(kernel);
+    let start = match *ours {
+        o if o.0 + o.1 > kernel.0 + kernel.1 => o,
         _ => kernel,
     };
     let (utime, stime) = cputime_adjust(r.usage_ns, r.utime_ns, r.stime_ns, start);
-    prev.insert(r.id, (utime, stime));
+    *ours = (utime, stime);
     let extra = |v: u64| (r.flags & HAS_CPU != 0 && v != ABSENT).then_some(v);
     CpuStat {
         usage_usec: Some(r.usage_ns / 1000),

@@ -130,10 +130,17 @@ fn full_record_decodes_in_the_files_units() {
     assert_eq!(d.mems(r.mems).nodes, set(&[0, 1]));
     assert_eq!(d.mems(r.mems_effective).nodes, set(&[0])); // node 2 >= nr_node_ids
 
-    let ms = memory_stat(&r);
+    let ms = memory_stat(&r, None);
     assert_eq!(ms.anon, Some(100 + slot(MEMSTAT_KEYS, "anon") as u64));
     assert_eq!(ms.pgscan, Some(100 + slot(MEMSTAT_KEYS, "pgscan") as u64));
     assert_eq!(ms.zswap, None, "ABSENT");
+    // Written over an old one: every field is the record's.
+    let old = MemoryStat {
+        anon: Some(1),
+        zswap: Some(1),
+        ..Default::default()
+    };
+    assert_eq!(memory_stat(&r, Some(old)), ms);
 
     // Node 0 only (memory_nodes), the two items this kernel prints, scaled.
     let numa = d.numa_stat(&r, None).unwrap();
@@ -181,7 +188,7 @@ fn absent_values_are_none() {
     );
     assert_eq!(cpu_max(&r), None);
     assert_eq!(decoder().zswap_max(&r), None);
-    assert_eq!(memory_stat(&r), MemoryStat::default());
+    assert_eq!(memory_stat(&r, None), MemoryStat::default());
     assert_eq!(memory_events(&r).oom_kill, None);
 
     r.pids_limit = PIDS_MAX;

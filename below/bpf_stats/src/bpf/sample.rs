@@ -98,8 +98,8 @@ impl Decoder {
             (cpuset(StatFile::CpusetMems) && !root).then(|| mems(r.mems, cpuset_mems.take()));
         *cpuset_mems_effective = cpuset(StatFile::CpusetMemsEffective)
             .then(|| mems(r.mems_effective, cpuset_mems_effective.take()));
-        *memory_stat =
-            (want(StatFile::MemoryStat) && has(HAS_MEMSTAT)).then(|| decode::memory_stat(r));
+        *memory_stat = (want(StatFile::MemoryStat) && has(HAS_MEMSTAT))
+            .then(|| decode::memory_stat(r, memory_stat.take()));
         *memory_numa_stat = (want(StatFile::MemoryNumaStat) && has(HAS_NUMA))
             .then(|| self.numa_stat(r, memory_numa_stat.take()))
             .flatten();
