@@ -159,21 +159,23 @@ pub(crate) fn cpu_max(r: &Record) -> Option<CpuMax> {
 }
 
 pub(crate) fn memory_events(r: &Record) -> MemoryEvents {
-    let mut s = MemoryEvents::default();
-    fill_memory_events(&mut s, &r.events);
-    s
+    filled(fill_memory_events, &r.events, None)
 }
 
 pub(crate) fn memory_events_local(r: &Record) -> MemoryEventsLocal {
-    let mut s = MemoryEventsLocal::default();
-    fill_memory_events_local(&mut s, &r.events_local);
-    s
+    filled(fill_memory_events_local, &r.events_local, None)
 }
 
 /// memory.stat, written over `old` when given: every field is set.
 pub(crate) fn memory_stat(r: &Record, old: Option<MemoryStat>) -> MemoryStat {
+    filled(fill_memory_stat, &r.memstat, old)
+}
+
+/// A below struct from record slots through its contract writer, over
+/// `old` when given.
+fn filled<T: Default>(fill: fn(&mut T, &[u64]), slots: &[u64], old: Option<T>) -> T {
     let mut s = old.unwrap_or_default();
-    fill_memory_stat(&mut s, &r.memstat);
+    fill(&mut s, slots);
     s
 }
 
