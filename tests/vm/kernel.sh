@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Usage: tests/vm/kernel.sh [--no-modules] NAME
-#   NAME: debian-7.3 | debian-6.1 | patched
+#   NAME: debian-7.3 | debian-7.2 (sid) | debian-6.12 (trixie) | debian-6.1 | patched
 #   patched: Debian's linux-source-7.3 + patches/*.patch (or $BELOW_VM_PATCHES/*.patch;
 #            0000-cover-letter.patch is skipped), applied in name order with patch -p1;
 #            tinyconfig + kvm_guest.config + tests/vm/config/guest.config.
@@ -27,6 +27,19 @@ DEB61_SUITE=bookworm
 DEB61_VERSION=6.1.176-1
 DEB61_ABI=6.1.0-50-cloud-amd64
 DEB61_IMAGE_SHA256=efe19f605b6f54a8352e68d85a629abb2d30b72a085faef603a9152590baa791    # linux-image-$ABI
+
+DEB612_SUITE=trixie
+DEB612_VERSION=6.12.117-1
+DEB612_ABI=6.12.117+deb13-cloud-amd64
+DEB612_IMAGE_SHA256=e9893e5295d0549b8852611f12a4b8b5f6cc4b8128dcc2086b9847793b904ab7   # linux-image-$ABI
+
+# sid: packaged like trixie-backports' 7.x (linux-image-* is a meta package).
+DEB72_SUITE=sid
+DEB72_VERSION=7.2.13-1
+DEB72_ABI=7.2.13+deb14-cloud-amd64
+DEB72_BINARY_SHA256=03e41f1c34c16583462f029e81944a85ebcdb78098c258dedfa1cfdd680a27f8   # linux-binary-$ABI (vmlinuz)
+DEB72_BASE_SHA256=c41b217e1a4e321f5eff028e965ea25f5da8a74cd3683ca7f4bacedc59e0ecc5     # linux-base-$ABI (config)
+DEB72_MODULES_SHA256=97d79546041e3fdfb44dccff180938894d1bf8eb298f091f88539c1b37080bef  # linux-modules-$ABI
 
 SRC73_PACKAGE=linux-source-7.3
 SRC73_VERSION=$DEB73_VERSION
@@ -246,7 +259,7 @@ build_patched() {
 main() {
   with_modules=1
   if [ "${1:-}" = "--no-modules" ]; then with_modules=0; shift; fi
-  [ $# -eq 1 ] || die "usage: $0 [--no-modules] debian-7.3|debian-6.1|patched"
+  [ $# -eq 1 ] || die "usage: $0 [--no-modules] debian-7.3|debian-7.2|debian-6.12|debian-6.1|patched"
   local NAME=$1
   # one fetch/build per kernel name at a time (parallel test runs)
   exec 9>"$CACHE/.lock-kernel-$NAME"
@@ -262,10 +275,20 @@ main() {
       debian_kernel debian-6.1 "$DEB61_VERSION" "$DEB61_ABI" "$CACHE/kernels/debian-6.1/$DEB61_VERSION" \
         "$DEB61_SUITE" "linux-image-$DEB61_ABI" "$DEB61_IMAGE_SHA256" image
       ;;
+    debian-6.12)
+      debian_kernel debian-6.12 "$DEB612_VERSION" "$DEB612_ABI" "$CACHE/kernels/debian-6.12/$DEB612_VERSION" \
+        "$DEB612_SUITE" "linux-image-$DEB612_ABI" "$DEB612_IMAGE_SHA256" image
+      ;;
+    debian-7.2)
+      debian_kernel debian-7.2 "$DEB72_VERSION" "$DEB72_ABI" "$CACHE/kernels/debian-7.2/$DEB72_VERSION" \
+        "$DEB72_SUITE" "linux-binary-$DEB72_ABI" "$DEB72_BINARY_SHA256" image \
+        "$DEB72_SUITE" "linux-base-$DEB72_ABI" "$DEB72_BASE_SHA256" image \
+        "$DEB72_SUITE" "linux-modules-$DEB72_ABI" "$DEB72_MODULES_SHA256" modules
+      ;;
     patched)
       build_patched
       ;;
-    *) die "unknown kernel name '$NAME' (debian-7.3, debian-6.1, patched)" ;;
+    *) die "unknown kernel name '$NAME' (debian-7.3, debian-7.2, debian-6.12, debian-6.1, patched)" ;;
   esac
 }
 
