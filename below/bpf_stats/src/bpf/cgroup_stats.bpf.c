@@ -161,15 +161,37 @@ static __always_inline void fill_cpu(struct record *r, struct cgroup *cgrp)
 	}
 }
 
-/* psi_group.total is [aggregator][state], avg is [state][3]: flat in the
- * kernel's BTF (pahole flattens arrays), so flat here too for CO-RE to
- * match. The state count varies by config: PSI_ROW() offsets by bytes
+/* psi_group.total is [aggregator][state], avg is [state][3]. Older pahole
+ * flattens multi-dimensional arrays in the kernel's BTF (Debian 6.12, 7.3),
+ * newer keeps them nested (Debian sid's 7.2); CO-RE matches a field only
+ * with its own shape, so one flavor each and the kernel's picks the field
+ * address. The state count varies by config: PSI_ROW() offsets by bytes
  * with the running kernel's state values. */
 struct psi_group___bstats {
 	bool enabled;
+} __attribute__((preserve_access_index));
+
+struct psi_group___flat {
 	__u64 total[1];
 	unsigned long avg[1];
 } __attribute__((preserve_access_index));
+
+struct psi_group___nested {
+	__u64 total[1][1];
+	unsigned long avg[1][3];
+} __attribute__((preserve_access_index));
+
+#define PSI_SHAPE_KNOWN(field)                                                        \
+	(bpf_core_field_exists(struct psi_group___flat, field) ||                     \
+	 bpf_core_field_exists(struct psi_group___nested, field))
+
+/* The address of psi->field in the kernel's shape; NULL where neither fits. */
+#define PSI_FIELD(psi, field)                                                         \
+	(bpf_core_field_exists(((struct psi_group___flat *)(psi))->field)             \
+		 ? (void *)&((struct psi_group___flat *)(psi))->field                 \
+	 : bpf_core_field_exists(((struct psi_group___nested *)(psi))->field)         \
+		 ? (void *)&((struct psi_group___nested *)(psi))->field               \
+		 : NULL)
 
 #define PSI_STATE(row, state) state##___bstats,
 enum psi_states___bstats { PSI_ROWS(PSI_STATE) };
@@ -178,26 +200,31 @@ enum psi_states___bstats { PSI_ROWS(PSI_STATE) };
 #define PSI_ROW(row, state)                                                           \
 	do {                                                                          \
 		int s = PSI_STATE_OF(state);                                          \
-		bpf_core_read(&r->psi_total_ns[PSI_ROW_##row], 8, (void *)&psi->total + 8 * s); \
-		bpf_core_read(&r->psi_avg[PSI_ROW_##row], 24, (void *)&psi->avg + 24 * s); \
+		bpf_core_read(&r->psi_total_ns[PSI_ROW_##row], 8, total + 8 * s);     \
+		bpf_core_read(&r->psi_avg[PSI_ROW_##row], 24, avg + 24 * s);          \
 	} while (0);
 #define PSI_IN_ORDER(row, state) &&PSI_STATE_OF(state) == PSI_ROW_##row
 
 static __always_inline void fill_psi(struct record *r, struct cgroup *cgrp)
 {
 	struct psi_group___bstats *psi;
+	void *total, *avg;
 
 	if (!bpf_core_field_exists(cgrp->psi))
 		return;
 	psi = (struct psi_group___bstats *)BPF_CORE_READ(cgrp, psi);
 	if (!psi || !BPF_CORE_READ(psi, enabled))
 		return;
+	total = PSI_FIELD(psi, total);
+	avg = PSI_FIELD(psi, avg);
+	if (!total || !avg)
+		return;
 	r->flags |= HAS_PSI;
 	/* Our rows in the kernel's state order (every kernel so far): the
 	 * first row of total and avg in two reads, not two per row. */
 	if (1 PSI_ROWS(PSI_IN_ORDER)) {
-		bpf_core_read(r->psi_total_ns, sizeof(r->psi_total_ns), &psi->total);
-		bpf_core_read(r->psi_avg, sizeof(r->psi_avg), &psi->avg);
+		bpf_core_read(r->psi_total_ns, sizeof(r->psi_total_ns), total);
+		bpf_core_read(r->psi_avg, sizeof(r->psi_avg), avg);
 	} else {
 		PSI_ROWS(PSI_ROW)
 	}
@@ -447,7 +474,7 @@ static __always_inline void flush_at_walk_root(struct cgroup *cgrp)
 			bpf_put_mem_cgroup(m);
 		}
 	}
-	if (bpf_core_field_exists(cgrp->psi))
+	if (bpf_core_field_exists(cgrp->psi) && PSI_SHAPE_KNOWN(total) && PSI_SHAPE_KNOWN(avg))
 		feat |= FEAT_PSI;
 	/* Per-node stats need the memcg flush above. */
 	memory_nodes = 0;

@@ -126,7 +126,7 @@ pub(crate) fn probe(root_fd: BorrowedFd, filter: Option<Regex>) -> Probe {
             StatFile::IoPressure,
             StatFile::MemoryPressure,
         ] {
-            gap(f, "kernel has no cgroup PSI (CONFIG_PSI)");
+            gap(f, "kernel has no cgroup PSI (CONFIG_PSI) or an unknown psi_group layout");
         }
     }
     // Notes on files BPF serves except at the root.
