@@ -4,7 +4,6 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use anyhow::bail;
 use anyhow::Result;
 use regex::Regex;
 
@@ -78,19 +77,6 @@ impl CgroupCollector {
             Some(p) => p.capability.clone(),
             None => Err("not asked for".to_owned()),
         };
-        if opts.backend == BackendChoice::Bpf {
-            // Forcing bpf on a kernel that lacks what a capable one has
-            // fails, rather than quietly reading text.
-            let gaps: Vec<String> = probe
-                .iter()
-                .flat_map(|p| &p.gaps)
-                .filter(|(f, _)| want.contains(*f))
-                .map(|(f, why)| format!("{}: {}", f, why))
-                .collect();
-            if !gaps.is_empty() {
-                bail!("--cgroup-backend bpf is unavailable: {}", gaps.join("; "));
-            }
-        }
         let plan = Plan::choose(opts.backend, &bpf_cap, &stream_cap)?;
         let bpf = probe.and_then(|p| p.backend).filter(|_| {
             !plan

@@ -13,20 +13,16 @@ use crate::plan::Support;
 use crate::FileSet;
 use crate::StatFile;
 
-/// What probing found: the backend, what it serves, and the files a
-/// capable kernel would serve that this one cannot (forcing bpf fails on
-/// those).
+/// What probing found: the backend and what it serves.
 pub(crate) struct Probe {
     pub capability: crate::Capability,
     pub backend: Option<BpfBackend>,
-    pub gaps: Vec<(StatFile, String)>,
 }
 
 pub(crate) fn probe(root_fd: BorrowedFd, filter: Option<Regex>) -> Probe {
     let fail = |why: String| Probe {
         capability: Err(why),
         backend: None,
-        gaps: Vec::new(),
     };
     let Kernel {
         limits,
@@ -47,7 +43,6 @@ pub(crate) fn probe(root_fd: BorrowedFd, filter: Option<Regex>) -> Probe {
 
     let mut files = FileSet::all();
     let mut reasons = Vec::new();
-    let mut gaps = Vec::new();
     let mut never = |f: StatFile, why: &str, files: &mut FileSet| {
         files.remove(f);
         reasons.push((f, why.to_owned()));
@@ -106,7 +101,6 @@ pub(crate) fn probe(root_fd: BorrowedFd, filter: Option<Regex>) -> Probe {
     let mut gap = |f: StatFile, why: &str| {
         files.remove(f);
         reasons.push((f, why.to_owned()));
-        gaps.push((f, why.to_owned()));
     };
     if features & FEAT_MEMCG_KFUNCS == 0 {
         gap(
@@ -126,7 +120,10 @@ pub(crate) fn probe(root_fd: BorrowedFd, filter: Option<Regex>) -> Probe {
             StatFile::IoPressure,
             StatFile::MemoryPressure,
         ] {
-            gap(f, "kernel has no cgroup PSI (CONFIG_PSI) or an unknown psi_group layout");
+            gap(
+                f,
+                "kernel has no cgroup PSI (CONFIG_PSI) or an unknown psi_group layout",
+            );
         }
     }
     // Notes on files BPF serves except at the root.
@@ -144,6 +141,5 @@ pub(crate) fn probe(root_fd: BorrowedFd, filter: Option<Regex>) -> Probe {
     Probe {
         capability: Ok(Support { files, reasons }),
         backend: Some(BpfBackend::new(loaded, filter)),
-        gaps,
     }
 }
