@@ -4,7 +4,7 @@
 # through tests/vm/run.sh:
 #   full      Debian 7.3 guest: bpf plan, frozen-tree bpf==read compare,
 #             mkdir/rmdir churn, constant syscalls per sample, CPU bench
-#   fallback  Debian 6.1 guest (no memcg kfuncs): per-file fallback + forced bpf error
+#   fallback  Debian 6.1 guest (no memcg kfuncs): per-file fallback, auto and forced bpf
 #   host      the same fallback check on this host (cargo test, needs root)
 # Fails (non-zero) when any check fails. Logs: tests/vm's cache logs dir.
 set -euo pipefail
