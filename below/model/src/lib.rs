@@ -1,10 +1,11 @@
 //! Glue between our cgroup collector and below's model.
 //!
-//! below 0.9's `model::Collector` has no seam for another cgroup reader, so
-//! it runs with every child cgroup filtered out (it still reads the root's
-//! files once, a constant cost) for the non-cgroup parts of the sample
-//! (procfs, system, network), and its cgroup tree is replaced by the one
-//! built from our [`bpf_stats::Snapshot`].
+//! below 0.9's `model::Collector` has no seam for another cgroup reader: the
+//! non-cgroup parts of the sample (procfs, system, network) come from
+//! below's own readers, assembled in [`rest`], and the cgroup tree is the
+//! one built from our [`bpf_stats::Snapshot`].
+
+mod rest;
 
 use std::time::Duration;
 use std::time::Instant;
@@ -101,7 +102,7 @@ pub struct SampleTimes {
 
 pub struct Collector {
     logger: slog::Logger,
-    below: model::Collector,
+    rest: rest::Rest,
     cgroups: CgroupCollector,
     /// below's cgroup tree, kept between samples (see [`Collector::recycle`]).
     tree: Tree,
@@ -112,21 +113,15 @@ pub struct Collector {
 }
 
 impl Collector {
-    /// `below_opts.cgroup_root` must be the same cgroup2 root as `cgroup_opts.root`.
+    /// `below_opts`' cgroup options are not used: `cgroup_opts` has ours.
     pub fn new(
         logger: slog::Logger,
         cgroup_opts: &bpf_stats::Options,
         below_opts: model::CollectorOptions,
     ) -> Result<Self> {
         let cgroups = CgroupCollector::new(cgroup_opts)?;
-        let below_opts = model::CollectorOptions {
-            cgroup_root: cgroup_opts.root.clone(),
-            cgroup_re: Some(regex::Regex::new(".*").expect("valid regex")),
-            collect_io_stat: false,
-            ..below_opts
-        };
         Ok(Collector {
-            below: model::Collector::new(logger.clone(), below_opts),
+            rest: rest::Rest::new(logger.clone(), below_opts),
             logger,
             cgroups,
             tree: Tree::default(),
@@ -144,10 +139,9 @@ impl Collector {
         &mut self.cgroups
     }
 
-    /// Only below's own collectors: the sample with below's reading of the
-    /// root cgroup in place of our tree.
+    /// Only below's own collectors: the sample without its cgroup tree.
     pub fn collect_below(&mut self) -> Result<Sample> {
-        self.below.collect_sample()
+        self.rest.collect()
     }
 
     pub fn collect_sample(&mut self) -> Result<Sample> {
@@ -165,7 +159,6 @@ impl Collector {
                 snap.dropped
             );
         }
-        // below's collector read the root's files; ours replace them.
         sample.cgroup = self.tree.take();
         self.times = SampleTimes {
             pass: self
