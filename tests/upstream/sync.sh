@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Usage: tests/upstream/sync.sh --check
 #        tests/upstream/sync.sh --copy TREE
+#        tests/upstream/sync.sh --refresh
 # The series carries below/bpf_stats's BPF program, its contract and its
 # decoding verbatim (shared_files in lib.sh; Rust with `cgroupfs::` read as
 # `crate::` and formatted with upstream's rustfmt.toml, the one rewrite).
@@ -9,7 +10,10 @@
 # upstream's style. --copy writes them into TREE (a git checkout of below
 # main with the series applied as commits): commit them there with `git
 # commit --fixup`, rebase with --autosquash and `git format-patch` into
-# patches/below.
+# patches/below. --refresh does all of that in a scratch tree: each changed
+# file is folded into the last patch of the series that touches it (so no
+# later patch conflicts), and the patches after the build fixes are written
+# anew (the cover letter and the build fixes are left as they are).
 set -euo pipefail
 # shellcheck source=tests/upstream/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -45,5 +49,34 @@ case "${1:-}" in
     done < <(shared_files)
     git -C "$tree" status --short
     ;;
-  *) sed -n '2,15p' "$0" >&2; exit 2 ;;
+  --refresh)
+    upstream_available || die "no below main tarball"
+    tree=$(mktemp -d)
+    trap 'rm -rf "$tree"' EXIT
+    tar -xzf "$UPSTREAM_TARBALL" -C "$tree" --strip-components=1
+    ugit -C "$tree" init -q -b main
+    ugit -C "$tree" add -A
+    ugit -C "$tree" commit -q -m pristine
+    ugit -C "$tree" tag pristine
+    while read -r p; do ugit -C "$tree" am -q "$p" >&2; done < <(series_patches patched)
+    while read -r ours theirs; do
+      shared_file "$ours" "$tree" >"$tree/$theirs"
+      ugit -C "$tree" diff --quiet -- "$theirs" && continue
+      last=$(ugit -C "$tree" log -1 --format=%H -- "$theirs")
+      log "$theirs changed: folded into '$(ugit -C "$tree" log -1 --format=%s "$last")'"
+      ugit -C "$tree" commit -q --fixup="$last" -- "$theirs"
+    done < <(shared_files)
+    GIT_SEQUENCE_EDITOR=: ugit -C "$tree" rebase -q -i --autosquash pristine >&2
+    out=$(mktemp -d "$tree/.out.XXXXXX")
+    ugit -C "$tree" format-patch -q -o "$out" pristine..HEAD
+    n=0
+    for f in "$out"/*.patch; do
+      n=$((n + 1))
+      [ "$n" -gt "$BUILD_FIX_PATCHES" ] || continue
+      rm -f "$SERIES_DIR/$(basename "$f" | cut -c1-4)"-*.patch
+      cp "$f" "$SERIES_DIR/"
+    done
+    git -C "$REPO_ROOT" status --short -- "$SERIES_DIR"
+    ;;
+  *) sed -n '2,19p' "$0" >&2; exit 2 ;;
 esac
