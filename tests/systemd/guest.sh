@@ -116,7 +116,8 @@ recording() {
 services() {
   below dump cgroup -b "$T_START" -f timestamp full_path mem.total mem.anon cpu.usage_pct \
     -O csv --raw >/out/cgroups.csv || { DETAIL="dump failed"; return 1; }
-  last=$(samples "$T_START" | tail -n 1)
+  # the newest sample in this dump (one may have landed since)
+  last=$(grep -oE '^[0-9]+,' /out/cgroups.csv | sort -n | tail -n 1 | tr -d ,)
   DETAIL="$(grep -c "^$last,/system.slice/[^,]*\.service," /out/cgroups.csv) services in system.slice at $last:"
   DETAIL="$DETAIL $(grep "^$last,/system.slice/[^,]*\.service," /out/cgroups.csv | cut -d, -f2 | sed 's|/system.slice/||' | tr '\n' ' ')"
   jd=$(grep "^$last,/system.slice/systemd-journald.service," /out/cgroups.csv)
