@@ -3,9 +3,10 @@
 # tests/vm/run.sh --root, as a oneshot unit after multi-user.target).
 # Usage: guest.sh DEB [EXTRA_SCRIPT]
 # Installs DEB with apt, then drives below.service: start, the BPF plan
-# (store record and journal), samples, system.slice services in `below dump
-# cgroup`, a clean stop, SIGKILL and the restart, a dump across the gap;
-# then runs EXTRA_SCRIPT (bash) if given. One line per check goes to
+# (store record, same as full root's, journal), samples, system.slice
+# services in `below dump cgroup`, a clean stop, SIGKILL and the restart, a
+# dump across the gap, no errors logged; then runs EXTRA_SCRIPT (bash), if
+# given, with below.service recording. One line per check goes to
 # /out/results.tsv (PASS|FAIL, name, detail), below's journal to /out.
 set -u
 DEB=$1 EXTRA=${2:-}
@@ -48,7 +49,7 @@ boot() {
   [ "$(cat /proc/1/comm)" = systemd ] && [ -d /sys/fs/cgroup/system.slice ]
 }
 
-install() {
+apt_install() {
   if ! DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "$DEB" >/out/apt.log 2>&1; then
     DETAIL="apt-get install failed: $(tail -n 3 /out/apt.log)"
     return 1
@@ -182,7 +183,7 @@ extra() {
 }
 
 check "boot: systemd as PID 1" boot
-check "apt-get install ./bstats-below.deb" install
+check "apt-get install ./bstats-below.deb" apt_install
 check "systemctl start below" start
 check "store records the plan: memory.stat, cpu.stat, memory.events, memory.current by bpf" plan_recorded
 check "the unit's plan equals full root's (below backends --now)" plan_as_root
