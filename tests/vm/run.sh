@@ -1,13 +1,19 @@
 #!/usr/bin/env bash
-# Usage: tests/vm/run.sh --kernel NAME_OR_PATH [--timeout SECS] [--add HOSTPATH[:GUESTPATH]]...
-#                        [--out DIR] [--disk SIZE] [--mem SIZE] [--smp N] [--append ARGS]
-#                        -- GUEST_COMMAND [ARGS...]
+# Usage: tests/vm/run.sh --kernel NAME_OR_PATH [--root IMAGE] [--timeout SECS]
+#                        [--add HOSTPATH[:GUESTPATH]]... [--out DIR] [--disk SIZE]
+#                        [--mem SIZE] [--smp N] [--append ARGS] -- GUEST_COMMAND [ARGS...]
 # Boots NAME (see kernel.sh) or a bzImage PATH under QEMU (TCG) with a busybox
 # initramfs and runs GUEST_COMMAND as root in it; the console goes to stdout
 # and to a log file; exits with the guest command's exit code.
+#   --root IMAGE        boot IMAGE (an ext4 disk image, e.g. rootfs.sh's) with
+#                       its own /sbin/init (systemd): the initramfs mounts it
+#                       and switch_roots; GUEST_COMMAND runs as a oneshot unit
+#                       after multi-user.target (below-vm-run.service). IMAGE
+#                       is attached with snapshot=on: runs never change it.
 #   --add HOST[:GUEST]  copy a file or directory into the guest (default GUEST:
 #                       /<basename of HOST>); shared libraries of ELF files and
-#                       the dynamic loader come along.
+#                       the dynamic loader come along (not with --root: the
+#                       image has its own).
 #   --out DIR           whatever the guest writes under /out lands in DIR (created;
 #                       not emptied first). Transported as a tar archive written
 #                       by the guest to a virtio disk (serial below-out, up to 4 GiB).
@@ -18,11 +24,12 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 # (braces: bash parses the whole body first, so editing this file while it runs is safe)
 {
 
-kernel='' timeout_s=600 out='' disk='' mem=2G smp=2 append=''
+kernel='' rootimg='' timeout_s=600 out='' disk='' mem=2G smp=2 append=''
 adds=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --kernel) kernel=$2; shift 2 ;;
+    --root) rootimg=$2; shift 2 ;;
     --timeout) timeout_s=$2; shift 2 ;;
     --add) adds+=("$2"); shift 2 ;;
     --out) out=$2; shift 2 ;;
@@ -36,6 +43,7 @@ while [ $# -gt 0 ]; do
 done
 [ -n "$kernel" ] || die "--kernel is required"
 [ $# -gt 0 ] || die "no guest command given (after --)"
+[ -z "$rootimg" ] || [ -f "$rootimg" ] || die "--root: no image $rootimg"
 
 install_pkgs "${PKGS_VM[@]}"
 
@@ -81,6 +89,11 @@ work=$(mktemp -d "${TMPDIR:-/tmp}/below-vm.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 root="$work/root"
 mkdir -p "$root/etc" "$root/lib/vm-modules"
+# With --root, the added files wait in the initramfs's /stage and are copied
+# into the image's file system before switch_root.
+files=$root
+[ -z "$rootimg" ] || files=$root/stage
+mkdir -p "$files"
 
 # Copy shared libraries of ELF file $1 (and the loader) into the guest root.
 copy_libs() {
@@ -102,8 +115,10 @@ for a in "${adds[@]+"${adds[@]}"}"; do
   if [ "$host" = "$a" ]; then guest=/$(basename "$host"); else guest=${a#*:}; fi
   [ -e "$host" ] || die "--add: $host does not exist"
   case "$guest" in /*) ;; *) guest=/$guest ;; esac
-  mkdir -p "$root$(dirname "$guest")"
-  cp -a "$host" "$root$guest"
+  mkdir -p "$files$(dirname "$guest")"
+  cp -a "$host" "$files$guest"
+  # The image's own libraries serve it (the host's could be older).
+  [ -z "$rootimg" ] || continue
   if [ -d "$host" ]; then
     while IFS= read -r -d '' f; do copy_libs "$f"; done < <(find "$host" -type f -print0)
   else
@@ -122,11 +137,55 @@ for arg in "$@"; do
 done
 
 want_out=0; [ -n "$out" ] && want_out=1
+want_root=0; [ -n "$rootimg" ] && want_root=1
+
+# Shell text used by /init and, with --root, by the unit's script.
+# Finds the virtio disks by serial: below-out (transport for /out),
+# below-scratch, below-root (--root's image).
+disks=$(cat <<'SH'
+OUTDEV= ROOTDEV=
+for i in 1 2 3 4 5 6 7 8 9 10; do
+  for b in /sys/block/vd*; do
+    [ -e "$b/serial" ] || continue
+    case "$(cat $b/serial)" in
+      below-out) OUTDEV=/dev/${b##*/} ;;
+      below-scratch) ln -sf /dev/${b##*/} /dev/scratch ;;
+      below-root) ROOTDEV=/dev/${b##*/} ;;
+    esac
+  done
+  if { [ $WANT_OUT = 0 ] || [ -n "$OUTDEV" ]; } && { [ $WANT_ROOT = 0 ] || [ -n "$ROOTDEV" ]; }; then break; fi
+  sleep 0.2
+done
+SH
+)
+# Runs the command, sends /out back, prints the EXIT line.
+run_cmd=$(cat <<SH
+mkdir -p /out
+cd /
+$quoted </dev/null
+rc=\$?
+SH
+)
+run_cmd+=$'\n'$(cat <<'SH'
+if [ $WANT_OUT = 1 ]; then
+  if [ -z "$OUTDEV" ]; then
+    echo "[vm-init] OUT=fail (no below-out disk: virtio_blk missing?)"
+  elif tar -cf "$OUTDEV" -C /out . && sync; then
+    echo "[vm-init] OUT=ok"
+  else
+    echo "[vm-init] OUT=fail"
+  fi
+fi
+sync
+printf '\nEXIT=%s\n' "$rc"
+SH
+)
+
 cat >"$root/init" <<INIT
 #!/bin/sh
 export PATH=/bin:/sbin:/usr/bin:/usr/sbin:/usr/local/bin
 export HOME=/root TERM=dumb
-WANT_OUT=$want_out
+WANT_OUT=$want_out WANT_ROOT=$want_root
 INIT
 # shellcheck disable=SC2129 # the init script is written in parts, quoted and not
 cat >>"$root/init" <<'INIT'
@@ -134,6 +193,55 @@ mount -t proc proc /proc
 mount -t sysfs sysfs /sys
 mount -t devtmpfs devtmpfs /dev 2>/dev/null || mdev -s
 exec </dev/null >/dev/console 2>&1
+if [ -f /lib/vm-modules/load-order ]; then
+  for m in $(cat /lib/vm-modules/load-order); do
+    insmod /lib/vm-modules/$m || echo "[vm-init] insmod $m failed"
+  done
+fi
+INIT
+printf '%s\n' "$disks" >>"$root/init"
+if [ -n "$rootimg" ]; then
+  # systemd mounts the rest itself; /dev, /proc and /sys move along.
+  cat >>"$root/init" <<'INIT'
+mkdir -p /newroot
+if [ -z "$ROOTDEV" ] || ! mount -t ext4 "$ROOTDEV" /newroot; then
+  echo "[vm-init] cannot mount the below-root disk ($ROOTDEV)"
+  poweroff -f
+fi
+cp -a /stage/. /newroot/
+for m in dev proc sys; do mount -o move /$m /newroot/$m; done
+exec switch_root -c /dev/console /newroot /sbin/init
+INIT
+  # The command, as a unit after multi-user.target; its output on the console.
+  cat >"$files/below-vm-run.sh" <<SH
+#!/bin/sh
+WANT_OUT=$want_out WANT_ROOT=0
+$disks
+$run_cmd
+systemctl poweroff --force
+SH
+  sd=$files/etc/systemd/system
+  mkdir -p "$sd/multi-user.target.wants"
+  cat >"$sd/below-vm-run.service" <<'UNIT'
+[Unit]
+Description=tests/vm/run.sh guest command
+After=multi-user.target
+
+[Service]
+Type=oneshot
+Environment=HOME=/root TERM=dumb
+ExecStart=/bin/sh /below-vm-run.sh
+StandardInput=null
+StandardOutput=tty
+StandardError=inherit
+TTYPath=/dev/console
+TimeoutStartSec=infinity
+UNIT
+  ln -s ../below-vm-run.service "$sd/multi-user.target.wants/below-vm-run.service"
+  # No login prompt on the console the results come back on.
+  ln -s /dev/null "$sd/serial-getty@ttyS0.service"
+else
+  cat >>"$root/init" <<'INIT'
 mkdir -p /dev/pts /dev/shm
 mount -t devpts devpts /dev/pts 2>/dev/null
 mount -t tmpfs tmpfs /dev/shm 2>/dev/null
@@ -146,47 +254,14 @@ if [ -d /sys/kernel/tracing ]; then mount -t tracefs tracefs /sys/kernel/tracing
 ulimit -l unlimited 2>/dev/null
 hostname below-vm
 ip link set lo up 2>/dev/null
-if [ -f /lib/vm-modules/load-order ]; then
-  for m in $(cat /lib/vm-modules/load-order); do
-    insmod /lib/vm-modules/$m || echo "[vm-init] insmod $m failed"
-  done
-fi
-# virtio disks by serial: below-out (transport for /out), below-scratch.
-OUTDEV=
-for i in 1 2 3 4 5 6 7 8 9 10; do
-  for b in /sys/block/vd*; do
-    [ -e "$b/serial" ] || continue
-    case "$(cat $b/serial)" in
-      below-out) OUTDEV=/dev/${b##*/} ;;
-      below-scratch) ln -sf /dev/${b##*/} /dev/scratch ;;
-    esac
-  done
-  if [ $WANT_OUT = 0 ] || [ -n "$OUTDEV" ]; then break; fi
-  sleep 0.2
-done
 for c in cpuset cpu io memory pids; do
   if grep -qw $c /sys/fs/cgroup/cgroup.controllers 2>/dev/null; then
     echo +$c >/sys/fs/cgroup/cgroup.subtree_control 2>/dev/null || echo "[vm-init] cannot enable +$c"
   fi
 done
-mkdir -p /out
-cd /
 INIT
-printf '%s </dev/null\nrc=$?\n' "$quoted" >>"$root/init"
-cat >>"$root/init" <<'INIT'
-if [ $WANT_OUT = 1 ]; then
-  if [ -z "$OUTDEV" ]; then
-    echo "[vm-init] OUT=fail (no below-out disk: virtio_blk missing?)"
-  elif tar -cf "$OUTDEV" -C /out . && sync; then
-    echo "[vm-init] OUT=ok"
-  else
-    echo "[vm-init] OUT=fail"
-  fi
+  printf '%s\npoweroff -f\n' "$run_cmd" >>"$root/init"
 fi
-sync
-printf '\nEXIT=%s\n' "$rc"
-poweroff -f
-INIT
 chmod 755 "$root/init"
 
 (cd "$root" && find . | LC_ALL=C sort | cpio -o -H newc -R 0:0 --quiet) >"$work/run.cpio"
@@ -206,6 +281,10 @@ if [ -n "$out" ]; then
           -device "virtio-blk-pci,drive=out,serial=below-out")
   [ -n "$kmods" ] || grep -q 'CONFIG_VIRTIO_BLK=y' "$(dirname "$kimage")/config" 2>/dev/null ||
     log "warning: no virtio_blk modules next to $kimage: --out needs virtio_blk built in"
+fi
+if [ -n "$rootimg" ]; then
+  qargs+=(-drive "file=$rootimg,if=none,format=raw,id=root,snapshot=on"
+          -device "virtio-blk-pci,drive=root,serial=below-root")
 fi
 if [ -n "$disk" ]; then
   truncate -s "$disk" "$work/scratch.img"
