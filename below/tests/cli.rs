@@ -87,6 +87,9 @@ fn assert_shows(screen: &str, want: &[&str]) {
 
 #[test]
 fn record_then_dump_and_replay_show_test_cgroups() {
+    if bstats_testkit::skip_unless_root("creates cgroups") {
+        return;
+    }
     let cg = test_cgroups("rec");
     let name = cg.name();
     let env = Env::new();
@@ -131,6 +134,9 @@ fn record_then_dump_and_replay_show_test_cgroups() {
 
 #[test]
 fn replay_from_a_snapshot() {
+    if bstats_testkit::skip_unless_root("creates cgroups") {
+        return;
+    }
     let cg = test_cgroups("snap");
     let env = Env::new();
     env.run(&["record", "--interval-s", "1", "--count", "3"]);
@@ -152,6 +158,9 @@ fn replay_from_a_snapshot() {
 
 #[test]
 fn live_shows_cgroup_view() {
+    if bstats_testkit::skip_unless_root("creates cgroups") {
+        return;
+    }
     let cg = test_cgroups("live");
     let name = cg.name();
     let env = Env::new();
@@ -202,6 +211,9 @@ fn bad_cgroup_root_is_one_clear_error() {
 
 #[test]
 fn no_cgroup2_mount_is_one_clear_error() {
+    if bstats_testkit::skip_unless_root("unmounts cgroup2 in a mount namespace") {
+        return;
+    }
     // A private mount namespace without the cgroup2 mount.
     let mount = bpf_stats::find_cgroup2_mount().unwrap();
     let env = Env::new();

@@ -98,6 +98,9 @@ impl Drop for Recording {
 
 #[test]
 fn record_outlives_a_full_disk() {
+    if bstats_testkit::skip_unless_root("mounts a tmpfs") {
+        return;
+    }
     let env = Env::new();
     let _fs = Tmpfs::mount(&env.store(), "6m");
     let t_start = now_secs();

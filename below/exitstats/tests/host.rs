@@ -17,6 +17,9 @@ fn children_cpu_usecs() -> i64 {
 
 #[test]
 fn catches_a_short_lived_process_with_its_cpu_time() {
+    if bstats_testkit::skip_unless_root("loads BPF") {
+        return;
+    }
     let logger = slog::Logger::root(slog::Discard, slog::o!());
     let data = std::sync::Arc::default();
     let _exits = bstats_exitstats::ExitStats::start(logger, std::sync::Arc::clone(&data))

@@ -8,3 +8,15 @@ pub use fixture::Controllers;
 pub use fixture::Fixture;
 pub use work::Cpu;
 pub use work::Work;
+
+/// For tests that need root (cgroups, BPF, mounts): true, after one line
+/// saying the test was skipped and why, when not root. Use as
+/// `if skip_unless_root("creates cgroups") { return; }`.
+pub fn skip_unless_root(needs: &str) -> bool {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let root = unsafe { libc::geteuid() } == 0;
+    if !root {
+        println!("skipped: not root ({needs})");
+    }
+    !root
+}
