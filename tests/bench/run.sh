@@ -182,6 +182,8 @@ for k in ("below09", "bpf", "read-z", "floor"):
         continue  # a kernel without BPF says why
     assert x["status"] == "ok", (k, x["status"])
     assert x["written"] >= 1 and x["cpu_ms_per_sample"] > 0, x
+    # The recorder's cgroup holds the process and whatever it starts.
+    assert x["service_cpu_ms_per_sample"] >= 0.8 * x["cpu_ms_per_sample"], x
     assert x["store_bytes_per_sample"] > 0 and x["peak_rss_kib"] > 0, x
     assert x["cgroups_stored"] >= 11, x
 for k in ("bpf", "read-z", "floor"):

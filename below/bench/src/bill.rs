@@ -7,6 +7,7 @@
 //! write of a same-sized tree) to measure our part against.
 
 use std::collections::BTreeMap;
+use std::os::fd::AsRawFd;
 use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::path::PathBuf;
@@ -131,6 +132,9 @@ pub struct BillRow {
     pub written: u64,
     /// Whole-process CPU (utime + stime) over the window ÷ samples written.
     pub cpu_ms_per_sample: f64,
+    /// What systemd would charge the service: the CPU of the recorder's own
+    /// cgroup (`cpu.stat` usage_usec: its children included) ÷ samples written.
+    pub service_cpu_ms_per_sample: f64,
     pub store_bytes_per_sample: f64,
     pub peak_rss_kib: u64,
     /// Cgroups in the last stored sample (root included).
@@ -258,10 +262,12 @@ pub fn phase_means(log: &str) -> BTreeMap<String, f64> {
         .collect()
 }
 
-/// A recorder process with its own store, config and log; stopped on drop.
+/// A recorder process with its own store, config, log and cgroup; stopped
+/// (and its cgroup removed) on drop.
 pub struct Running {
     pub child: Child,
     pub dir: tempfile::TempDir,
+    cgroup: PathBuf,
 }
 
 /// The CPUs every recorder is confined to (`--bill-cpus`; none: any).
@@ -310,6 +316,25 @@ impl Running {
         };
         let argv: Vec<String> = r.argv.iter().map(fill).collect();
         let mut cmd = Command::new(&argv[0]);
+        // Its own cgroup from before exec, so every process it starts is
+        // charged to it, as systemd charges a service.
+        let cgroup = root.join(format!("bstats-bill-{}-{}", std::process::id(), r.key));
+        std::fs::create_dir(&cgroup)
+            .with_context(|| format!("Failed to create cgroup {}", cgroup.display()))?;
+        let procs = std::fs::OpenOptions::new()
+            .write(true)
+            .open(cgroup.join("cgroup.procs"))?;
+        let procs_fd = procs.as_raw_fd();
+        // SAFETY: write(2) is async-signal-safe; the fd stays open until
+        // spawn returns (`procs` lives past it). "0" moves the writer.
+        unsafe {
+            cmd.pre_exec(move || {
+                if libc::write(procs_fd, b"0".as_ptr().cast(), 1) != 1 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            })
+        };
         if let Some(set) = cpus.0 {
             // SAFETY: sched_setaffinity is async-signal-safe and `set` is
             // a copy owned by the closure.
@@ -328,8 +353,28 @@ impl Running {
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(dir.path().join("stderr"))?)
             .spawn()
-            .with_context(|| format!("Failed to start {}", argv[0]))?;
-        Ok(Running { child, dir })
+            .with_context(|| format!("Failed to start {}", argv[0]));
+        drop(procs);
+        let child = match child {
+            Ok(c) => c,
+            Err(e) => {
+                let _ = std::fs::remove_dir(&cgroup);
+                return Err(e);
+            }
+        };
+        Ok(Running { child, dir, cgroup })
+    }
+
+    /// CPU of the recorder's cgroup so far, its children included.
+    pub fn service_cpu(&self) -> Result<Duration> {
+        let stat = std::fs::read_to_string(self.cgroup.join("cpu.stat"))?;
+        let usec = stat
+            .lines()
+            .find_map(|l| l.strip_prefix("usage_usec "))
+            .context("cpu.stat has no usage_usec")?
+            .trim()
+            .parse()?;
+        Ok(Duration::from_micros(usec))
     }
 
     pub fn store(&self) -> PathBuf {
@@ -379,6 +424,8 @@ impl Running {
 impl Drop for Running {
     fn drop(&mut self) {
         self.stop();
+        // Empty once the recorder is reaped (its children exit with it).
+        let _ = std::fs::remove_dir(&self.cgroup);
     }
 }
 
@@ -464,9 +511,11 @@ fn measure_inner(
     let pid = run.child.id();
     let profile = perf.map(|p| p.start(pid, &r.key)).transpose()?;
     let th0 = threads_cpu(pid);
-    let (c0, k0, t0) = (proc_cpu(pid)?, store_size(&run.store()).0, Instant::now());
+    let (c0, s0) = (proc_cpu(pid)?, run.service_cpu()?);
+    let (k0, t0) = (store_size(&run.store()).0, Instant::now());
     run.watch(window)?;
-    let (c1, k1) = (proc_cpu(pid)?, store_size(&run.store()).0);
+    let (c1, s1) = (proc_cpu(pid)?, run.service_cpu()?);
+    let k1 = store_size(&run.store()).0;
     let th1 = threads_cpu(pid);
     if let (Some(p), Some((child, data))) = (perf, profile) {
         p.finish(child, &data, &r.key)?;
@@ -482,6 +531,7 @@ fn measure_inner(
     }
     let per_sample = |d: Duration| d.as_secs_f64() * 1e3 / row.written as f64;
     row.cpu_ms_per_sample = per_sample(c1 - c0);
+    row.service_cpu_ms_per_sample = per_sample(s1.saturating_sub(s0));
     row.threads = th1
         .iter()
         .map(|(k, v)| {

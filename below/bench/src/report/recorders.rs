@@ -21,11 +21,14 @@ impl Report {
             "### The bill: `below record -i 1`, {} cgroups, kernel {}\n\nReproduce: `{}`\n\n\
              One recorder at a time on the same tree, each measured over {} s once it has \
              written two samples{}. CPU: utime + stime of the whole process over the window ÷ \
-             samples it wrote in it; store: data bytes ÷ samples stored; ratio: below 0.9's \
+             samples it wrote in it; service: the same for the recorder's own cgroup \
+             (`cpu.stat` usage, every process it starts included: what systemd charges \
+             below.service); store: data bytes ÷ samples stored; ratios: below 0.9's \
              CPU per sample (same compression) ÷ this row's.\n\n\
-             | recorder | CPU ms / written sample | below 0.9 ÷ this | written / expected \
+             | recorder | CPU ms / written sample | below 0.9 ÷ this | service CPU ms / \
+             sample | below 0.9 ÷ this (service) | written / expected \
              | store KiB / sample | peak RSS MiB | cgroups stored |\n\
-             |---|--:|--:|--:|--:|--:|--:|",
+             |---|--:|--:|--:|--:|--:|--:|--:|--:|",
             thousands(s.cgroups_created),
             self.kernel,
             s.reproduce,
@@ -47,16 +50,20 @@ impl Report {
         };
         for r in &s.rows {
             if !r.ok() {
-                na_line(&mut out, &r.recorder, &r.status, 7);
+                na_line(&mut out, &r.recorder, &r.status, 9);
                 continue;
             }
             let base = below09(r.key.ends_with("-z"));
             let _ = writeln!(
                 out,
-                "| {} | {} | {} | {} / {} | {} | {} | {} |",
+                "| {} | {} | {} | {} | {} | {} / {} | {} | {} | {} |",
                 r.recorder,
                 cpu_cell(r),
                 times(base.and_then(|b| ratio(b.cpu_ms_per_sample, r.cpu_ms_per_sample))),
+                num(r.service_cpu_ms_per_sample),
+                times(base.and_then(|b| {
+                    ratio(b.service_cpu_ms_per_sample, r.service_cpu_ms_per_sample)
+                })),
                 r.written,
                 r.expected,
                 kib(r.store_bytes_per_sample),
