@@ -63,6 +63,10 @@ impl StatFile {
         self.path().to_str().expect("file names are ASCII")
     }
 
+    pub fn by_name(name: &str) -> Option<StatFile> {
+        StatFile::ALL.iter().copied().find(|f| f.name() == name)
+    }
+
     /// The three pressure files fill one sample field together.
     pub fn is_pressure(self) -> bool {
         matches!(

@@ -33,6 +33,8 @@ __u32 rank_groups;
 __u32 moved;
 /* FEAT_* bits: what this kernel let the last pass do. */
 __u32 features;
+/* The KERNEL_FACTS this kernel has, bit FACT_*: set by every pass. */
+__u64 facts;
 /* node_states[N_MEMORY] (first word) at the last pass: the nodes
  * memory.numa_stat prints. */
 __u64 memory_nodes;
@@ -65,25 +67,105 @@ extern void bpf_mem_cgroup_flush_stats(struct mem_cgroup *memcg) __ksym __weak;
 /* Every controller of the list, as a flavor of the kernel's enum: CO-RE
  * tells which ones this kernel has (ids and presence depend on config,
  * and this vmlinux.h may lack some). */
-#define SUBSYS_OPT(name) name##_cgrp_id___opt,
-enum cgroup_subsys_id___opt { CONTROLLERS(SUBSYS_OPT) };
+#define SUBSYS_OPT(name) name##_cgrp_id___bstats,
+enum cgroup_subsys_id___bstats { CONTROLLERS(SUBSYS_OPT) };
+
+/* The flavors KERNEL_FACTS are checked through: the members read. */
+struct task_group___bstats {
+	unsigned long shares;
+	struct cfs_bandwidth cfs_bandwidth;
+} __attribute__((preserve_access_index));
+
+struct cfs_bandwidth___bstats {
+	ktime_t period;
+	__u64 quota;
+	int nr_periods;
+	int nr_throttled;
+	__u64 throttled_time;
+} __attribute__((preserve_access_index));
+
+struct pids_cgroup___bstats {
+	atomic64_t counter;
+	atomic64_t limit;
+} __attribute__((preserve_access_index));
+
+/* cpumask_var_t is a pointer with CPUMASK_OFFSTACK, else embedded: one
+ * flavor each, picked by which one the running kernel's BTF matches. */
+struct cpuset___ptr {
+	struct cpumask *cpus_allowed;
+	struct cpumask *effective_cpus;
+} __attribute__((preserve_access_index));
+
+struct cpuset___embedded {
+	struct cpumask cpus_allowed[1];
+	struct cpumask effective_cpus[1];
+} __attribute__((preserve_access_index));
+
+struct cpuset___bstats {
+	nodemask_t mems_allowed;
+	nodemask_t effective_mems;
+} __attribute__((preserve_access_index));
+
+/* zswap_max needs CONFIG_ZSWAP. */
+struct mem_cgroup___bstats {
+	struct page_counter memory;
+	struct page_counter swap;
+	unsigned long zswap_max;
+	atomic_long_t memory_events[1];
+	atomic_long_t memory_events_local[1];
+	struct mem_cgroup_per_node *nodeinfo[0];
+} __attribute__((preserve_access_index));
+
+struct page_counter___bstats {
+	atomic_long_t usage;
+	unsigned long min;
+	unsigned long low;
+	unsigned long high;
+	unsigned long max;
+} __attribute__((preserve_access_index));
+
+/* A pointer since 6.10: the lruvec_stats older kernels embed does not
+ * match it. */
+struct mem_cgroup_per_node___bstats {
+	struct lruvec_stats *lruvec_stats;
+} __attribute__((preserve_access_index));
+
+struct lruvec_stats___bstats {
+	long state[1];
+} __attribute__((preserve_access_index));
+
+enum node_states___bstats { N_MEMORY___bstats };
+
+#define HAVE_FIELD(type, name) bpf_core_field_exists(struct type##___bstats, name)
+#define HAVE_CPUMASK(type, name)                                                      \
+	(bpf_core_field_exists(struct type##___ptr, name) ||                          \
+	 bpf_core_field_exists(struct type##___embedded, name))
+#define HAVE_ENUMVAL(type, name) bpf_core_enum_value_exists(enum type##___bstats, name##___bstats)
+
+/* have_<fact>(): a constant once libbpf relocated it, so the verifier
+ * drops the reads of what this kernel lacks (libbpf poisons them). */
+#define HAVE_FN(fact, kind, type, name, ...)                                          \
+	static __always_inline bool have_##fact(void)                                 \
+	{                                                                             \
+		return HAVE_##kind(type, name);                                       \
+	}
+KERNEL_FACTS(HAVE_FN)
 
 static __always_inline bool have_memcg_kfuncs(void)
 {
 	return kfuncs & KF_MEMCG;
 }
 
-#define SUBSYS_ID(name) bpf_core_enum_value(enum cgroup_subsys_id___opt, name##_cgrp_id___opt)
+#define SUBSYS_ID(name) bpf_core_enum_value(enum cgroup_subsys_id___bstats, name##_cgrp_id___bstats)
 
-static __always_inline void *own_css(struct cgroup *cgrp, int id)
-{
-	return BPF_CORE_READ(cgrp, subsys[id]);
-}
+/* The cgroup's own css of controller `name`; NULL where the kernel has
+ * no such controller. */
+#define OWN_CSS(cgrp, name)                                                           \
+	(have_##name##_ctrl() ? (void *)BPF_CORE_READ(cgrp, subsys[SUBSYS_ID(name)]) : NULL)
 
 #define CTRL(name)                                                                    \
-	if (bpf_core_enum_value_exists(enum cgroup_subsys_id___opt, name##_cgrp_id___opt) && \
-	    (kmask & (1U << bpf_core_enum_value(enum cgroup_subsys_id___opt,             \
-						 name##_cgrp_id___opt))))              \
+	if (bpf_core_enum_value_exists(enum cgroup_subsys_id___bstats, name##_cgrp_id___bstats) && \
+	    (kmask & (1U << SUBSYS_ID(name))))                                         \
 		m |= 1U << CTRL_##name;
 
 /* Kernel subsys mask -> our CTRL_* bits. */
@@ -136,7 +218,7 @@ static __always_inline void fill_tree(struct record *r, struct cgroup *cgrp)
 
 static __always_inline void fill_cpu(struct record *r, struct cgroup *cgrp)
 {
-	struct task_group *tg;
+	struct task_group___bstats *tg;
 
 	r->usage_ns = BPF_CORE_READ(cgrp, bstat.cputime.sum_exec_runtime);
 	r->utime_ns = BPF_CORE_READ(cgrp, bstat.cputime.utime);
@@ -145,19 +227,26 @@ static __always_inline void fill_cpu(struct record *r, struct cgroup *cgrp)
 	r->prev_stime_ns = BPF_CORE_READ(cgrp, prev_cputime.stime);
 	r->flags |= HAS_BSTAT;
 
-	tg = own_css(cgrp, SUBSYS_ID(cpu));
+	tg = OWN_CSS(cgrp, cpu);
 	if (!tg)
 		return;
 	r->flags |= HAS_CPU;
-	r->weight = BPF_CORE_READ(tg, shares);
+	r->weight = have_cpu_shares() ? BPF_CORE_READ(tg, shares) : ABSENT;
 	r->nr_periods = r->nr_throttled = r->throttled_ns = ABSENT;
 	r->quota_ns = r->period_ns = ABSENT;
-	if (bpf_core_field_exists(tg->cfs_bandwidth)) {
-		r->nr_periods = BPF_CORE_READ(tg, cfs_bandwidth.nr_periods);
-		r->nr_throttled = BPF_CORE_READ(tg, cfs_bandwidth.nr_throttled);
-		r->throttled_ns = BPF_CORE_READ(tg, cfs_bandwidth.throttled_time);
-		r->quota_ns = BPF_CORE_READ(tg, cfs_bandwidth.quota);
-		r->period_ns = BPF_CORE_READ(tg, cfs_bandwidth.period);
+	if (have_cpu_bandwidth()) {
+		struct cfs_bandwidth___bstats *b = (void *)&tg->cfs_bandwidth;
+
+		if (have_cfs_nr_periods())
+			r->nr_periods = BPF_CORE_READ(b, nr_periods);
+		if (have_cfs_nr_throttled())
+			r->nr_throttled = BPF_CORE_READ(b, nr_throttled);
+		if (have_cfs_throttled_time())
+			r->throttled_ns = BPF_CORE_READ(b, throttled_time);
+		if (have_cfs_quota())
+			r->quota_ns = BPF_CORE_READ(b, quota);
+		if (have_cfs_period())
+			r->period_ns = BPF_CORE_READ(b, period);
 	}
 }
 
@@ -230,34 +319,16 @@ static __always_inline void fill_psi(struct record *r, struct cgroup *cgrp)
 	}
 }
 
-/* The members read (CONFIG_CGROUP_PIDS). */
-struct pids_cgroup___bstats {
-	atomic64_t counter;
-	atomic64_t limit;
-} __attribute__((preserve_access_index));
-
 static __always_inline void fill_pids(struct record *r, struct cgroup *cgrp)
 {
-	struct pids_cgroup___bstats *pids = own_css(cgrp, SUBSYS_ID(pids));
+	struct pids_cgroup___bstats *pids = OWN_CSS(cgrp, pids);
 
 	if (!pids)
 		return;
 	r->flags |= HAS_PIDS;
-	r->pids_current = BPF_CORE_READ(pids, counter.counter);
-	r->pids_limit = BPF_CORE_READ(pids, limit.counter);
+	r->pids_current = have_pids_counter() ? BPF_CORE_READ(pids, counter.counter) : ABSENT;
+	r->pids_limit = have_pids_limit() ? BPF_CORE_READ(pids, limit.counter) : ABSENT;
 }
-
-/* cpumask_var_t is a pointer with CPUMASK_OFFSTACK, else embedded: one
- * flavor each, picked by which one the running kernel's BTF matches. */
-struct cpuset___ptr {
-	struct cpumask *cpus_allowed;
-	struct cpumask *effective_cpus;
-};
-
-struct cpuset___embedded {
-	struct cpumask cpus_allowed[1];
-	struct cpumask effective_cpus[1];
-};
 
 #define READ_CPUMASK(dst, cs, field)                                                  \
 	do {                                                                          \
@@ -278,7 +349,7 @@ struct cpuset___embedded {
 
 static __always_inline void fill_cpuset(struct record *r, struct cgroup *cgrp)
 {
-	struct cpuset *cs = own_css(cgrp, SUBSYS_ID(cpuset));
+	struct cpuset___bstats *cs = OWN_CSS(cgrp, cpuset);
 
 	if (!cs)
 		return;
@@ -287,8 +358,9 @@ static __always_inline void fill_cpuset(struct record *r, struct cgroup *cgrp)
 		r->cpus[i] = r->cpus_effective[i] = 0;
 	READ_CPUMASK(r->cpus, cs, cpus_allowed);
 	READ_CPUMASK(r->cpus_effective, cs, effective_cpus);
-	r->mems = BPF_CORE_READ(cs, mems_allowed.bits[0]);
-	r->mems_effective = BPF_CORE_READ(cs, effective_mems.bits[0]);
+	r->mems = have_cpuset_mems() ? BPF_CORE_READ(cs, mems_allowed.bits[0]) : 0;
+	r->mems_effective =
+		have_cpuset_mems_effective() ? BPF_CORE_READ(cs, effective_mems.bits[0]) : 0;
 }
 
 #define EVENT_OPT(key, event) event##___opt,
@@ -321,24 +393,13 @@ __u64 scratch[SCRATCH_LONGS];
 					: ABSENT;                                     \
 	}
 
-/* zswap_max needs CONFIG_ZSWAP. */
-struct mem_cgroup___bstats {
-	unsigned long zswap_max;
-} __attribute__((preserve_access_index));
-
-/* A pointer since 6.10: the lruvec_stats older kernels embed does not
- * match it. */
-struct mem_cgroup_per_node___bstats {
-	struct lruvec_stats *lruvec_stats;
-} __attribute__((preserve_access_index));
-
 /* memory_numa_stat_show() reads memcg->nodeinfo[nid]->lruvec_stats->state[]
  * after the flush at the walk root; clamp like lruvec_page_state(). The
  * caller checked that lruvec_stats is a pointer (older kernels embed it). */
-static __always_inline void fill_numa(struct record *r, struct mem_cgroup *memcg)
+static __always_inline void fill_numa(struct record *r, struct mem_cgroup___bstats *memcg)
 {
-	__u32 nodeinfo = bpf_core_field_offset(struct mem_cgroup, nodeinfo);
-	__u32 state = bpf_core_field_offset(struct lruvec_stats, state);
+	__u32 nodeinfo = bpf_core_field_offset(struct mem_cgroup___bstats, nodeinfo);
+	__u32 state = bpf_core_field_offset(struct lruvec_stats___bstats, state);
 	__u32 n;
 
 	for (__u32 nid = 0; nid < NUMA_NODES; nid++) {
@@ -351,7 +412,7 @@ static __always_inline void fill_numa(struct record *r, struct mem_cgroup *memcg
 		stats = BPF_CORE_READ(pn, lruvec_stats);
 		if (!stats)
 			return;
-		n = READ_ARRAY(stats + state, struct lruvec_stats, state);
+		n = READ_ARRAY(stats + state, struct lruvec_stats___bstats, state);
 		for (__u32 i = 0; i < NR_NUMA_STATS; i++) {
 			__u32 k = numa_idx[i];
 			long v = 0;
@@ -366,60 +427,86 @@ static __always_inline void fill_numa(struct record *r, struct mem_cgroup *memcg
 	r->flags |= HAS_NUMA;
 }
 
+/* Member `field` of page counter `pc`, if the kernel has both. */
+#define COUNTER(memcg, pc, field)                                                     \
+	(have_memcg_##pc() && have_page_counter_##field()                             \
+		 ? BPF_CORE_READ((struct page_counter___bstats *)&(memcg)->pc,         \
+				 field)                                                \
+		 : ABSENT)
+
+/* The usage of page counter `pc` (an atomic_long_t), for ranking too. */
+#define USAGE(memcg, pc)                                                              \
+	(have_memcg_##pc() && have_page_counter_usage()                               \
+		 ? BPF_CORE_READ((struct page_counter___bstats *)&(memcg)->pc,         \
+				 usage.counter)                                        \
+		 : ABSENT)
+
 /* Page counters and event arrays need no flush: read them by CO-RE. */
 static __always_inline void fill_memcg(struct record *r, struct cgroup *cgrp)
 {
-	struct mem_cgroup *memcg = own_css(cgrp, SUBSYS_ID(memory));
+	struct mem_cgroup___bstats *memcg = OWN_CSS(cgrp, memory);
 
 	if (!memcg)
 		return;
 	r->flags |= HAS_MEMCG;
-	r->mem_usage = BPF_CORE_READ(memcg, memory.usage.counter);
-	r->swap_usage = BPF_CORE_READ(memcg, swap.usage.counter);
-	r->mem_min = BPF_CORE_READ(memcg, memory.min);
-	r->mem_low = BPF_CORE_READ(memcg, memory.low);
-	r->mem_high = BPF_CORE_READ(memcg, memory.high);
-	r->mem_max = BPF_CORE_READ(memcg, memory.max);
-	r->swap_max = BPF_CORE_READ(memcg, swap.max);
-	r->zswap_max = ABSENT;
-	if (bpf_core_field_exists(((struct mem_cgroup___bstats *)memcg)->zswap_max))
-		r->zswap_max = BPF_CORE_READ((struct mem_cgroup___bstats *)memcg, zswap_max);
-	{
+	r->mem_usage = USAGE(memcg, memory);
+	r->swap_usage = USAGE(memcg, swap);
+	r->mem_min = COUNTER(memcg, memory, min);
+	r->mem_low = COUNTER(memcg, memory, low);
+	r->mem_high = COUNTER(memcg, memory, high);
+	r->mem_max = COUNTER(memcg, memory, max);
+	r->swap_max = COUNTER(memcg, swap, max);
+	r->zswap_max = have_memcg_zswap_max() ? BPF_CORE_READ(memcg, zswap_max) : ABSENT;
+	if (have_memcg_events()) {
 		__u64 *dst = r->events;
-		__u32 n = READ_ARRAY(__builtin_preserve_access_index(&memcg->memory_events),
+		__u32 n = READ_ARRAY(&memcg->memory_events,
 				     memcg->memory_events);
 
 		MEMCG_EVENTS(EVENT)
-		dst = r->events_local;
-		n = READ_ARRAY(__builtin_preserve_access_index(&memcg->memory_events_local),
-			       memcg->memory_events_local);
+	}
+	if (have_memcg_events_local()) {
+		__u64 *dst = r->events_local;
+		__u32 n = READ_ARRAY(&memcg->memory_events_local,
+				     memcg->memory_events_local);
+
 		MEMCG_EVENTS(EVENT)
 	}
-	if (bpf_core_field_exists(struct mem_cgroup_per_node___bstats, lruvec_stats) &&
+	if (have_memcg_nodeinfo() && have_lruvec_stats_ptr() && have_lruvec_state() &&
 	    (features & FEAT_NUMA))
 		fill_numa(r, memcg);
 }
 
-/* An item of one of the kernel's enums, through a flavor declared where
- * it is read: CO-RE tells whether this kernel has it and its value (items
- * come, go and move between these enums across versions, and vmlinux.h
- * may lack some). One flavor per item (enum node_stat_item___NR_SHMEM):
+/* A memory.stat item from whichever of the kernel's enums has it (items
+ * come, go and move between these enums across versions: pgscan's parts
+ * are vm events in 6.x, node stats in 7.x): the memcg kfunc of that enum,
+ * ABSENT where none has it. The enums are flavors declared where they are
+ * read, one per item and enum (enum node_stat_item___NR_SHMEM):
  * same-named one-item flavors would be merged into one type. */
-#define ITEM(kfunc, type, name)                                                        \
+#define STAT(name)                                                                     \
 	({                                                                             \
-		enum type##___##name { name##___opt };                                 \
-		bpf_core_enum_value_exists(enum type##___##name, name##___opt)         \
-			? kfunc(m, bpf_core_enum_value(enum type##___##name, name##___opt)) \
+		enum node_stat_item___##name { name##___node };                        \
+		enum memcg_stat_item___##name { name##___memcg };                      \
+		enum vm_event_item___##name { name##___event };                        \
+		bpf_core_enum_value_exists(enum node_stat_item___##name, name##___node) \
+			? bpf_mem_cgroup_page_state(                                   \
+				  m, bpf_core_enum_value(enum node_stat_item___##name,  \
+							 name##___node))                \
+		: bpf_core_enum_value_exists(enum memcg_stat_item___##name, name##___memcg) \
+			? bpf_mem_cgroup_page_state(                                   \
+				  m, bpf_core_enum_value(enum memcg_stat_item___##name, \
+							 name##___memcg))               \
+		: bpf_core_enum_value_exists(enum vm_event_item___##name, name##___event) \
+			? bpf_mem_cgroup_vm_events(                                    \
+				  m, bpf_core_enum_value(enum vm_event_item___##name,   \
+							 name##___event))               \
 			: ABSENT;                                                      \
 	})
-#define NODE_STAT(name) ITEM(bpf_mem_cgroup_page_state, node_stat_item, name)
-#define MEMCG_STAT(name) ITEM(bpf_mem_cgroup_page_state, memcg_stat_item, name)
-#define VM_EVENT(name) ITEM(bpf_mem_cgroup_vm_events, vm_event_item, name)
 
-/* A sum as the kernel prints it: parts it lacks count as zero. */
-static __always_inline __u64 part(__u64 v)
+/* A sum as the kernel prints it: parts it lacks count as zero; ABSENT
+ * only when it has none. */
+static __always_inline __u64 add(__u64 a, __u64 b)
 {
-	return v == ABSENT ? 0 : v;
+	return a == ABSENT ? b : b == ABSENT ? a : a + b;
 }
 
 /* memory.stat through the memcg kfuncs: the same memcg_page_state_output()
@@ -437,15 +524,15 @@ static __always_inline void fill_memstat(struct record *r, struct mem_cgroup *m)
 /* The ranked value only (RANK pass): no other field of the group. */
 static __always_inline void fill_rank(struct record *r, struct cgroup *cgrp)
 {
-	struct mem_cgroup *memcg;
+	struct mem_cgroup___bstats *memcg;
 
 	if (rank_groups & HAS_BSTAT) {
 		r->usage_ns = BPF_CORE_READ(cgrp, bstat.cputime.sum_exec_runtime);
 		r->flags |= HAS_BSTAT;
 	}
-	memcg = own_css(cgrp, SUBSYS_ID(memory));
+	memcg = OWN_CSS(cgrp, memory);
 	if ((rank_groups & HAS_MEMCG) && memcg) {
-		r->mem_usage = BPF_CORE_READ(memcg, memory.usage.counter);
+		r->mem_usage = USAGE(memcg, memory);
 		r->flags |= HAS_MEMCG;
 	}
 	if (rank_groups & HAS_PSI)
@@ -479,14 +566,17 @@ static __always_inline void flush_at_walk_root(struct cgroup *cgrp)
 	/* Per-node stats need the memcg flush above. */
 	memory_nodes = 0;
 	if (numa_node_ids && have_memcg_kfuncs() && bpf_ksym_exists(&node_states) &&
-	    bpf_core_field_exists(struct mem_cgroup_per_node___bstats, lruvec_stats)) {
-		int n_memory = bpf_core_enum_value(enum node_states, N_MEMORY);
+	    have_n_memory() && have_memcg_nodeinfo() && have_lruvec_stats_ptr() &&
+	    have_lruvec_state()) {
+		int n_memory = bpf_core_enum_value(enum node_states___bstats, N_MEMORY___bstats);
 
 		bpf_probe_read_kernel(&memory_nodes, sizeof(memory_nodes),
 				      &node_states + n_memory * bpf_core_type_size(nodemask_t));
 		feat |= FEAT_NUMA;
 	}
 	features = feat;
+#define FACT_BIT(fact, ...) | (have_##fact() ? 1ULL << FACT_##fact : 0)
+	facts = 0 KERNEL_FACTS(FACT_BIT);
 }
 
 SEC("iter.s/cgroup")

@@ -90,54 +90,105 @@ BITS(KF_FLAGS, kf);
 #define CTRL_ENUM(name) CTRL_##name,
 enum ctrl_bit { CONTROLLERS(CTRL_ENUM) NR_CTRL };
 
+/* What the program reads beyond the basics every kernel with cgroup
+ * iterators has, as kernel config and version make it come and go:
+ * X(fact, KIND, type, name, "files"). The program checks each by CO-RE
+ * before reading through it and reports the ones this kernel has (global
+ * `facts`, bit = position in the list); user space sends the files (names,
+ * space-separated) to plain read where one is missing. KIND: FIELD, member
+ * `name` of struct `type` (C reads it through the flavor type___bstats);
+ * CPUMASK, the same as a cpumask_var_t in either of its shapes; ENUMVAL,
+ * value `name` of enum `type` (flavor type___bstats, name___bstats). */
+#define KERNEL_FACTS(X)                                                       \
+	X(cpu_ctrl, ENUMVAL, cgroup_subsys_id, cpu_cgrp_id, "cpu.weight cpu.max") \
+	X(cpu_shares, FIELD, task_group, shares, "cpu.weight")                \
+	X(cpu_bandwidth, FIELD, task_group, cfs_bandwidth, "cpu.max cpu.stat") \
+	X(cfs_period, FIELD, cfs_bandwidth, period, "cpu.max")                \
+	X(cfs_quota, FIELD, cfs_bandwidth, quota, "cpu.max")                  \
+	X(cfs_nr_periods, FIELD, cfs_bandwidth, nr_periods, "cpu.stat")       \
+	X(cfs_nr_throttled, FIELD, cfs_bandwidth, nr_throttled, "cpu.stat")   \
+	X(cfs_throttled_time, FIELD, cfs_bandwidth, throttled_time, "cpu.stat") \
+	X(pids_ctrl, ENUMVAL, cgroup_subsys_id, pids_cgrp_id, "pids.current pids.max") \
+	X(pids_counter, FIELD, pids_cgroup, counter, "pids.current")          \
+	X(pids_limit, FIELD, pids_cgroup, limit, "pids.max")                  \
+	X(cpuset_ctrl, ENUMVAL, cgroup_subsys_id, cpuset_cgrp_id,             \
+	  "cpuset.cpus cpuset.cpus.effective cpuset.mems cpuset.mems.effective") \
+	X(cpuset_cpus, CPUMASK, cpuset, cpus_allowed, "cpuset.cpus")          \
+	X(cpuset_cpus_effective, CPUMASK, cpuset, effective_cpus, "cpuset.cpus.effective") \
+	X(cpuset_mems, FIELD, cpuset, mems_allowed, "cpuset.mems")            \
+	X(cpuset_mems_effective, FIELD, cpuset, effective_mems, "cpuset.mems.effective") \
+	X(memory_ctrl, ENUMVAL, cgroup_subsys_id, memory_cgrp_id,             \
+	  "memory.current memory.stat memory.swap.current memory.min memory.low " \
+	  "memory.high memory.max memory.swap.max memory.zswap.max memory.events " \
+	  "memory.events.local memory.numa_stat")                             \
+	X(memcg_memory, FIELD, mem_cgroup, memory,                            \
+	  "memory.current memory.min memory.low memory.high memory.max")      \
+	X(memcg_swap, FIELD, mem_cgroup, swap, "memory.swap.current memory.swap.max") \
+	X(memcg_zswap_max, FIELD, mem_cgroup, zswap_max, "memory.zswap.max")  \
+	X(page_counter_usage, FIELD, page_counter, usage, "memory.current memory.swap.current") \
+	X(page_counter_min, FIELD, page_counter, min, "memory.min")           \
+	X(page_counter_low, FIELD, page_counter, low, "memory.low")           \
+	X(page_counter_high, FIELD, page_counter, high, "memory.high")        \
+	X(page_counter_max, FIELD, page_counter, max, "memory.max memory.swap.max") \
+	X(memcg_events, FIELD, mem_cgroup, memory_events, "memory.events")    \
+	X(memcg_events_local, FIELD, mem_cgroup, memory_events_local, "memory.events.local") \
+	X(memcg_nodeinfo, FIELD, mem_cgroup, nodeinfo, "memory.numa_stat")    \
+	X(lruvec_stats_ptr, FIELD, mem_cgroup_per_node, lruvec_stats, "memory.numa_stat") \
+	X(lruvec_state, FIELD, lruvec_stats, state, "memory.numa_stat")       \
+	X(n_memory, ENUMVAL, node_states, N_MEMORY, "memory.numa_stat")
+#define FACT_ENUM(fact, kind, type, name, files) FACT_##fact,
+enum fact_bit { KERNEL_FACTS(FACT_ENUM) NR_FACTS };
+
 /* memory.stat keys below keeps: record.memstat[MS_key], filled with the
  * expression in fill_memstat() (`m` the memcg, `s` the slots; parts filled
- * earlier in the list may be summed). */
+ * earlier in the list may be summed). STAT(ITEM): the item from whichever
+ * of enum node_stat_item, memcg_stat_item, vm_event_item the kernel has it
+ * in; absent from all three, the key is absent. */
 #define MEMSTAT_KEYS(X)                                                       \
-	X(anon, NODE_STAT(NR_ANON_MAPPED))                                    \
-	X(file, NODE_STAT(NR_FILE_PAGES))                                     \
-	X(kernel, MEMCG_STAT(MEMCG_KMEM))                                     \
-	X(kernel_stack, NODE_STAT(NR_KERNEL_STACK_KB))                        \
-	X(sock, MEMCG_STAT(MEMCG_SOCK))                                       \
-	X(shmem, NODE_STAT(NR_SHMEM))                                         \
-	X(zswap, MEMCG_STAT(MEMCG_ZSWAP_B))                                   \
-	X(zswapped, MEMCG_STAT(MEMCG_ZSWAPPED))                               \
-	X(file_mapped, NODE_STAT(NR_FILE_MAPPED))                             \
-	X(file_dirty, NODE_STAT(NR_FILE_DIRTY))                               \
-	X(file_writeback, NODE_STAT(NR_WRITEBACK))                            \
-	X(swapcached, NODE_STAT(NR_SWAPCACHE))                                \
-	X(anon_thp, NODE_STAT(NR_ANON_THPS))                                  \
-	X(file_thp, NODE_STAT(NR_FILE_THPS))                                  \
-	X(shmem_thp, NODE_STAT(NR_SHMEM_THPS))                                \
-	X(inactive_anon, NODE_STAT(NR_INACTIVE_ANON))                         \
-	X(active_anon, NODE_STAT(NR_ACTIVE_ANON))                             \
-	X(inactive_file, NODE_STAT(NR_INACTIVE_FILE))                         \
-	X(active_file, NODE_STAT(NR_ACTIVE_FILE))                             \
-	X(unevictable, NODE_STAT(NR_UNEVICTABLE))                             \
-	X(slab_reclaimable, NODE_STAT(NR_SLAB_RECLAIMABLE_B))                 \
-	X(slab_unreclaimable, NODE_STAT(NR_SLAB_UNRECLAIMABLE_B))             \
-	X(slab, part(s[MS_slab_reclaimable]) + part(s[MS_slab_unreclaimable])) \
-	X(pgfault, VM_EVENT(PGFAULT))                                         \
-	X(pgmajfault, VM_EVENT(PGMAJFAULT))                                   \
-	X(workingset_refault_anon, NODE_STAT(WORKINGSET_REFAULT_ANON))        \
-	X(workingset_refault_file, NODE_STAT(WORKINGSET_REFAULT_FILE))        \
-	X(workingset_activate_anon, NODE_STAT(WORKINGSET_ACTIVATE_ANON))      \
-	X(workingset_activate_file, NODE_STAT(WORKINGSET_ACTIVATE_FILE))      \
-	X(workingset_restore_anon, NODE_STAT(WORKINGSET_RESTORE_ANON))        \
-	X(workingset_restore_file, NODE_STAT(WORKINGSET_RESTORE_FILE))        \
-	X(workingset_nodereclaim, NODE_STAT(WORKINGSET_NODERECLAIM))          \
-	/* 7.x moved these from vm events to memcg page state. */             \
-	X(pgrefill, NODE_STAT(PGREFILL))                                      \
-	X(pgscan, part(NODE_STAT(PGSCAN_KSWAPD)) + part(NODE_STAT(PGSCAN_DIRECT)) + \
-		  part(NODE_STAT(PGSCAN_PROACTIVE)) + part(NODE_STAT(PGSCAN_KHUGEPAGED))) \
-	X(pgsteal, part(NODE_STAT(PGSTEAL_KSWAPD)) + part(NODE_STAT(PGSTEAL_DIRECT)) + \
-		   part(NODE_STAT(PGSTEAL_PROACTIVE)) + part(NODE_STAT(PGSTEAL_KHUGEPAGED))) \
-	X(pgactivate, VM_EVENT(PGACTIVATE))                                   \
-	X(pgdeactivate, VM_EVENT(PGDEACTIVATE))                               \
-	X(pglazyfree, VM_EVENT(PGLAZYFREE))                                   \
-	X(pglazyfreed, VM_EVENT(PGLAZYFREED))                                 \
-	X(thp_fault_alloc, VM_EVENT(THP_FAULT_ALLOC))                         \
-	X(thp_collapse_alloc, VM_EVENT(THP_COLLAPSE_ALLOC))
+	X(anon, STAT(NR_ANON_MAPPED))                                         \
+	X(file, STAT(NR_FILE_PAGES))                                          \
+	X(kernel, STAT(MEMCG_KMEM))                                           \
+	X(kernel_stack, STAT(NR_KERNEL_STACK_KB))                             \
+	X(sock, STAT(MEMCG_SOCK))                                             \
+	X(shmem, STAT(NR_SHMEM))                                              \
+	X(zswap, STAT(MEMCG_ZSWAP_B))                                         \
+	X(zswapped, STAT(MEMCG_ZSWAPPED))                                     \
+	X(file_mapped, STAT(NR_FILE_MAPPED))                                  \
+	X(file_dirty, STAT(NR_FILE_DIRTY))                                    \
+	X(file_writeback, STAT(NR_WRITEBACK))                                 \
+	X(swapcached, STAT(NR_SWAPCACHE))                                     \
+	X(anon_thp, STAT(NR_ANON_THPS))                                       \
+	X(file_thp, STAT(NR_FILE_THPS))                                       \
+	X(shmem_thp, STAT(NR_SHMEM_THPS))                                     \
+	X(inactive_anon, STAT(NR_INACTIVE_ANON))                              \
+	X(active_anon, STAT(NR_ACTIVE_ANON))                                  \
+	X(inactive_file, STAT(NR_INACTIVE_FILE))                              \
+	X(active_file, STAT(NR_ACTIVE_FILE))                                  \
+	X(unevictable, STAT(NR_UNEVICTABLE))                                  \
+	X(slab_reclaimable, STAT(NR_SLAB_RECLAIMABLE_B))                      \
+	X(slab_unreclaimable, STAT(NR_SLAB_UNRECLAIMABLE_B))                  \
+	X(slab, add(s[MS_slab_reclaimable], s[MS_slab_unreclaimable]))        \
+	X(pgfault, STAT(PGFAULT))                                             \
+	X(pgmajfault, STAT(PGMAJFAULT))                                       \
+	X(workingset_refault_anon, STAT(WORKINGSET_REFAULT_ANON))             \
+	X(workingset_refault_file, STAT(WORKINGSET_REFAULT_FILE))             \
+	X(workingset_activate_anon, STAT(WORKINGSET_ACTIVATE_ANON))           \
+	X(workingset_activate_file, STAT(WORKINGSET_ACTIVATE_FILE))           \
+	X(workingset_restore_anon, STAT(WORKINGSET_RESTORE_ANON))             \
+	X(workingset_restore_file, STAT(WORKINGSET_RESTORE_FILE))             \
+	X(workingset_nodereclaim, STAT(WORKINGSET_NODERECLAIM))               \
+	/* Vm events in 6.x, memcg page state in 7.x. */                      \
+	X(pgrefill, STAT(PGREFILL))                                           \
+	X(pgscan, add(add(STAT(PGSCAN_KSWAPD), STAT(PGSCAN_DIRECT)),          \
+		      add(STAT(PGSCAN_PROACTIVE), STAT(PGSCAN_KHUGEPAGED))))  \
+	X(pgsteal, add(add(STAT(PGSTEAL_KSWAPD), STAT(PGSTEAL_DIRECT)),       \
+		       add(STAT(PGSTEAL_PROACTIVE), STAT(PGSTEAL_KHUGEPAGED)))) \
+	X(pgactivate, STAT(PGACTIVATE))                                       \
+	X(pgdeactivate, STAT(PGDEACTIVATE))                                   \
+	X(pglazyfree, STAT(PGLAZYFREE))                                       \
+	X(pglazyfreed, STAT(PGLAZYFREED))                                     \
+	X(thp_fault_alloc, STAT(THP_FAULT_ALLOC))                             \
+	X(thp_collapse_alloc, STAT(THP_COLLAPSE_ALLOC))
 #define MS_ENUM(key, expr) MS_##key,
 enum memstat_slot { MEMSTAT_KEYS(MS_ENUM) NR_MS };
 
@@ -260,6 +311,7 @@ struct contract {
 	enum numa_item numa;
 	enum psi_row psi;
 	enum memcg_event event;
+	enum fact_bit fact;
 };
 
 #endif

@@ -53,6 +53,53 @@ macro_rules! controllers {
     };
 }
 
+/// How the program checks a kernel fact (KERNEL_FACTS).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum FactKind {
+    /// A member of a struct.
+    Field,
+    /// A struct member that is a cpumask_var_t (pointer or embedded).
+    Cpumask,
+    /// A value of an enum.
+    Enumval,
+}
+
+/// What the program reads beyond the basics, and the files that need it.
+pub(crate) struct Fact {
+    pub(crate) name: &'static str,
+    pub(crate) kind: FactKind,
+    /// The struct or enum, and its member or value.
+    pub(crate) ty: &'static str,
+    pub(crate) member: &'static str,
+    /// Stat file names, space-separated.
+    pub(crate) files: &'static str,
+}
+
+/// The kernel facts: bit i of a pass's `facts` is KERNEL_FACTS[i].
+macro_rules! kernel_facts {
+    ($(($name:ident, $kind:ident, $ty:ident, $member:ident, $($files:literal)+))*) => {
+        pub(crate) const KERNEL_FACTS: &[Fact] = &[$(Fact {
+            name: stringify!($name),
+            kind: fact_kind!($kind),
+            ty: stringify!($ty),
+            member: stringify!($member),
+            files: concat!($($files),+),
+        },)*];
+    };
+}
+
+macro_rules! fact_kind {
+    (FIELD) => {
+        FactKind::Field
+    };
+    (CPUMASK) => {
+        FactKind::Cpumask
+    };
+    (ENUMVAL) => {
+        FactKind::Enumval
+    };
+}
+
 /// A key of a list, which build.rs marks `absent key` when the cgroupfs
 /// structs this crate is built with have no field for it.
 macro_rules! key {

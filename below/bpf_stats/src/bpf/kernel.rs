@@ -12,7 +12,7 @@ use libbpf_rs::btf::BtfType;
 
 use super::contract::*;
 
-const BTF_PATH: &str = "/sys/kernel/btf/vmlinux";
+pub(crate) const BTF_PATH: &str = "/sys/kernel/btf/vmlinux";
 
 /// mm/memcontrol.c `memcg_node_stat_items[]`, the order of
 /// `lruvec_stats.state[]`. The entries under #ifdef (NR_SWAPCACHE,
@@ -71,6 +71,37 @@ const MEMCG_NODE_STAT_ITEMS: [&str; 50] = [
     "NR_HUGETLB",
 ];
 
+/// The other `enum node_stat_item` items (7.3; NR_WRITEBACK_TEMP until
+/// 6.x; the aliases and the count): not in `lruvec_stats.state[]`. An item
+/// in neither list is one this code does not know the place of.
+const NOT_MEMCG_NODE_STAT_ITEMS: [&str; 25] = [
+    "NR_LRU_BASE",
+    "NR_ISOLATED_ANON",
+    "NR_ISOLATED_FILE",
+    "WORKINGSET_NODES",
+    "WORKINGSET_REFAULT_BASE",
+    "WORKINGSET_ACTIVATE_BASE",
+    "WORKINGSET_RESTORE_BASE",
+    "NR_WRITEBACK_TEMP",
+    "NR_SHMEM_PMDMAPPED",
+    "NR_FILE_PMDMAPPED",
+    "NR_VMSCAN_IMMEDIATE",
+    "NR_DIRTIED",
+    "NR_WRITTEN",
+    "NR_THROTTLED_WRITTEN",
+    "NR_KERNEL_MISC_RECLAIMABLE",
+    "NR_FOLL_PIN_ACQUIRED",
+    "NR_FOLL_PIN_RELEASED",
+    "NR_IOMMU_PAGES",
+    "PGPROMOTE_CANDIDATE",
+    "PGPROMOTE_CANDIDATE_NRL",
+    "NR_BALLOON_PAGES",
+    "NR_KERNEL_FILE_PAGES",
+    "NR_GPU_ACTIVE",
+    "NR_GPU_RECLAIM",
+    "NR_VM_NODE_STAT_ITEMS",
+];
+
 /// Printed only with CONFIG_TRANSPARENT_HUGEPAGE; the items exist without.
 const THP_ITEMS: [&str; 3] = ["NR_ANON_THPS", "NR_FILE_THPS", "NR_SHMEM_THPS"];
 
@@ -78,12 +109,12 @@ const THP_ITEMS: [&str; 3] = ["NR_ANON_THPS", "NR_FILE_THPS", "NR_SHMEM_THPS"];
 /// NUMA_NO_IDX when this kernel does not print the line.
 pub(crate) type NumaLayout = [u32; NUMA_ITEMS.len()];
 
-/// Member names of a BTF enum, if the kernel has it.
-fn enum_names(btf: &Btf, name: &str) -> Option<Vec<String>> {
+/// Member names and values of a BTF enum, if the kernel has it.
+fn enum_items(btf: &Btf, name: &str) -> Option<Vec<(String, i64)>> {
     let e = btf.type_by_name::<types::Enum>(name)?;
     Some(
         e.iter()
-            .filter_map(|m| Some(m.name?.to_string_lossy().into_owned()))
+            .filter_map(|m| Some((m.name?.to_string_lossy().into_owned(), m.value)))
             .collect(),
     )
 }
@@ -96,14 +127,31 @@ fn member_type<'b>(btf: &'b Btf, name: &str, member: &str) -> Option<BtfType<'b>
 }
 
 /// Where memory_numa_stat_show()'s values are on the running kernel: the
-/// position of each item among the memcg_node_stat_items[] it has, which
-/// must add up to the length of `lruvec_stats.state[]` in its BTF.
+/// position of each item among the memcg_node_stat_items[] it has. Checked
+/// by name: every item of its `enum node_stat_item` is one we know to be
+/// in the array or not, those in it come in the enum's order (the kernel's
+/// array is), and they add up to the length of `lruvec_stats.state[]`.
 fn numa_layout(btf: &Btf) -> std::result::Result<NumaLayout, String> {
-    let items = enum_names(btf, "node_stat_item").ok_or("no enum node_stat_item in BTF")?;
-    let present: Vec<&str> = MEMCG_NODE_STAT_ITEMS
+    let items = enum_items(btf, "node_stat_item").ok_or("no enum node_stat_item in BTF")?;
+    if let Some((unknown, _)) = items.iter().find(|(n, _)| {
+        !MEMCG_NODE_STAT_ITEMS.contains(&n.as_str())
+            && !NOT_MEMCG_NODE_STAT_ITEMS.contains(&n.as_str())
+    }) {
+        return Err(format!(
+            "unknown lruvec_stats layout: node_stat_item {unknown} is new"
+        ));
+    }
+    let present: Vec<(&str, i64)> = MEMCG_NODE_STAT_ITEMS
         .into_iter()
-        .filter(|i| items.iter().any(|n| n == i))
+        .filter_map(|i| Some((i, items.iter().find(|(n, _)| n == i)?.1)))
         .collect();
+    if let Some(w) = present.windows(2).find(|w| w[0].1 >= w[1].1) {
+        return Err(format!(
+            "unknown lruvec_stats layout: node_stat_item {} before {}",
+            w[1].0, w[0].0
+        ));
+    }
+    let present: Vec<&str> = present.into_iter().map(|(n, _)| n).collect();
     if member_type(btf, "mem_cgroup_per_node", "lruvec_stats").map(|t| t.kind())
         != Some(BtfKind::Ptr)
     {
@@ -119,8 +167,8 @@ fn numa_layout(btf: &Btf) -> std::result::Result<NumaLayout, String> {
             present.len()
         ));
     }
-    let thp =
-        enum_names(btf, "vm_event_item").is_some_and(|e| e.iter().any(|n| n == "THP_FAULT_ALLOC"));
+    let thp = enum_items(btf, "vm_event_item")
+        .is_some_and(|e| e.iter().any(|(n, _)| n == "THP_FAULT_ALLOC"));
     Ok(std::array::from_fn(|n| {
         let it = &NUMA_ITEMS[n];
         match present.iter().position(|&p| p == it.item) {
@@ -183,6 +231,10 @@ impl Limits {
     }
 }
 
+/// A function of mm/memcontrol.c built only with CONFIG_SWAP, which also
+/// registers the memory.swap.* files.
+const SWAP_FUNC: &str = "__mem_cgroup_try_charge_swap";
+
 /// What the running kernel's BTF says about the program's inputs.
 pub(crate) struct Kernel {
     /// What to load the program with; `numa` only where a record holds
@@ -192,32 +244,164 @@ pub(crate) struct Kernel {
     pub(crate) has_numa_stat: bool,
     /// Where its values are, or why that is not known.
     pub(crate) numa_layout: std::result::Result<NumaLayout, String>,
+    /// CONFIG_SWAP: memory.swap.* exist; else why not.
+    pub(crate) swap_files: std::result::Result<(), String>,
 }
 
 impl Kernel {
-    /// Reads the running kernel's BTF; Err says why there is none.
-    pub(crate) fn read() -> std::result::Result<Self, String> {
-        if !Path::new(BTF_PATH).exists() {
-            return Err(format!("no BTF at {BTF_PATH}"));
+    /// Reads the kernel's BTF (BTF_PATH, or a file standing for it);
+    /// Err says why there is none.
+    pub(crate) fn read(path: &Path) -> std::result::Result<Self, String> {
+        if !path.exists() {
+            return Err(format!("no BTF at {}", path.display()));
         }
-        let btf = Btf::from_vmlinux().map_err(|e| format!("cannot read {BTF_PATH}: {e}"))?;
+        let btf =
+            Btf::from_path(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
         let has_numa_stat = btf.type_by_name::<types::Enum>("numa_stat_item").is_some();
         let numa_layout = numa_layout(&btf);
         let mut limits = Limits::of_this_machine(kfuncs_in(&btf), None);
         if has_numa_stat && limits.nodes <= NUMA_NODES {
             limits.numa = numa_layout.as_ref().ok().copied();
         }
+        let swap_files = match btf.type_by_name::<types::Func>(SWAP_FUNC) {
+            Some(_) => Ok(()),
+            None => Err(format!(
+                "kernel has no memory.swap.* (CONFIG_SWAP: no {SWAP_FUNC} in BTF)"
+            )),
+        };
         Ok(Kernel {
             limits,
             has_numa_stat,
             numa_layout,
+            swap_files,
         })
     }
 }
 
 #[cfg(test)]
 mod test {
+    use super::super::btf_edit::edit;
+    use super::super::btf_edit::Edit;
     use super::*;
+
+    /// This machine's BTF with `edits`, in a file (dir/vmlinux); None
+    /// (with a line) when this machine has no BTF.
+    fn edited_file(edits: &[Edit]) -> Option<tempfile::TempDir> {
+        let Ok(mut raw) = std::fs::read(BTF_PATH) else {
+            println!("skipped: no {BTF_PATH}");
+            return None;
+        };
+        for e in edits {
+            raw = edit(&raw, *e).unwrap();
+        }
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("vmlinux"), raw).unwrap();
+        Some(dir)
+    }
+
+    fn edited(edits: &[Edit]) -> Option<Btf<'static>> {
+        let dir = edited_file(edits)?;
+        Some(Btf::from_path(dir.path().join("vmlinux")).unwrap())
+    }
+
+    /// This machine's node_stat_item with the memcg items of a kernel
+    /// whose lruvec_stats.state[] holds exactly the ones we know: the
+    /// 7.3 layout, whatever this kernel's array is.
+    fn known_layout() -> Vec<Edit<'static>> {
+        let Some(btf) = edited(&[]) else {
+            return Vec::new();
+        };
+        let items = enum_items(&btf, "node_stat_item").unwrap();
+        let present = (MEMCG_NODE_STAT_ITEMS.iter())
+            .filter(|i| items.iter().any(|(n, _)| n == *i))
+            .count();
+        // Items this code does not know are removed, as an older config would.
+        let mut edits: Vec<Edit> = (items.iter())
+            .filter(|(n, _)| {
+                !MEMCG_NODE_STAT_ITEMS.contains(&n.as_str())
+                    && !NOT_MEMCG_NODE_STAT_ITEMS.contains(&n.as_str())
+            })
+            .map(|(n, _)| Edit::RemoveEnumVal {
+                ty: "node_stat_item",
+                value: n.clone().leak(),
+            })
+            .collect();
+        edits.push(Edit::ArrayLen {
+            ty: "lruvec_stats",
+            member: "state",
+            len: present as u32,
+        });
+        edits
+    }
+
+    #[test]
+    fn numa_layout_by_names() {
+        let base = known_layout();
+        let Some(btf) = edited(&base) else { return };
+        let layout = numa_layout(&btf).expect("the known layout");
+        let at = |item: &str| {
+            let i = NUMA_ITEMS.iter().position(|it| it.item == item).unwrap();
+            layout[i]
+        };
+        assert_eq!(at("NR_ANON_MAPPED"), 14);
+
+        // Same count, one name this code does not know: not served.
+        let mut e = base.clone();
+        e.push(Edit::EnumVal {
+            ty: "node_stat_item",
+            value: "NR_DIRTIED",
+        });
+        let why = numa_layout(&edited(&e).unwrap()).unwrap_err();
+        assert!(why.contains("bstats_gone_NR_DIRTIED is new"), "{why}");
+
+        // No CONFIG_SWAP: NR_SWAPCACHE gone from the enum and the array,
+        // the items after it one place earlier.
+        let mut e = base.clone();
+        let mut len = 0;
+        if let Some(Edit::ArrayLen { len: l, .. }) = e.pop() {
+            len = l;
+        }
+        e.push(Edit::RemoveEnumVal {
+            ty: "node_stat_item",
+            value: "NR_SWAPCACHE",
+        });
+        e.push(Edit::ArrayLen {
+            ty: "lruvec_stats",
+            member: "state",
+            len: len - 1,
+        });
+        let no_swap = numa_layout(&edited(&e).unwrap()).expect("layout without swap");
+        for (i, it) in NUMA_ITEMS.iter().enumerate() {
+            let before = at(it.item);
+            let want = match it.item {
+                "NR_SWAPCACHE" => NUMA_NO_IDX,
+                _ if before > at("NR_SWAPCACHE") => before - 1,
+                _ => before,
+            };
+            assert_eq!(no_swap[i], want, "{}", it.item);
+        }
+
+        // The array one longer than the items: not served.
+        let mut e = base.clone();
+        e.pop();
+        e.push(Edit::ArrayLen {
+            ty: "lruvec_stats",
+            member: "state",
+            len: len + 1,
+        });
+        let why = numa_layout(&edited(&e).unwrap()).unwrap_err();
+        assert!(why.contains("expected"), "{why}");
+    }
+
+    #[test]
+    fn swap_files_from_btf() {
+        let Some(dir) = edited_file(&[Edit::Func { name: SWAP_FUNC }]) else {
+            return;
+        };
+        let k = Kernel::read(&dir.path().join("vmlinux")).unwrap();
+        let why = k.swap_files.unwrap_err();
+        assert!(why.contains("CONFIG_SWAP"), "{why}");
+    }
 
     #[test]
     fn numa_items_are_memcg_node_stat_items() {

@@ -2,6 +2,7 @@
 //! the BPF backend (the libbpf object's lifetime, the mmapped records and
 //! .bss, the iterator fd) is here.
 
+use std::ffi::CString;
 use std::fs::File;
 use std::io::ErrorKind;
 use std::io::Read;
@@ -12,6 +13,9 @@ use std::os::fd::AsRawFd;
 use std::os::fd::BorrowedFd;
 use std::os::fd::FromRawFd;
 use std::os::fd::OwnedFd;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::path::PathBuf;
 use std::ptr::NonNull;
 use std::sync::Mutex;
 
@@ -118,6 +122,8 @@ pub(crate) struct Loaded {
     bss: NonNull<skel::types::bss>,
     capacity: u32,
     limits: Limits,
+    /// BTF to relocate against instead of the running kernel's (tests).
+    btf: Option<PathBuf>,
 }
 
 impl Drop for Loaded {
@@ -137,17 +143,18 @@ const FIRST_CAPACITY: u32 = 256;
 
 impl Loaded {
     /// The first load, with libbpf's messages kept to explain a failure.
-    pub(crate) fn first(root: BorrowedFd, ids: Limits) -> Result<Self> {
+    /// `btf`: CO-RE relocations against this BTF file, not the kernel's.
+    pub(crate) fn first(root: BorrowedFd, ids: Limits, btf: Option<&Path>) -> Result<Self> {
         LIBBPF_LOG.lock().unwrap_or_else(|e| e.into_inner()).clear();
         let old = libbpf_rs::set_print(Some((PrintLevel::Warn, keep_libbpf_message)));
-        let loaded = Self::new(root, FIRST_CAPACITY, ids);
+        let loaded = Self::new(root, FIRST_CAPACITY, ids, btf.map(Path::to_path_buf));
         libbpf_rs::set_print(old);
         loaded
     }
 
-    pub(crate) fn new(root: BorrowedFd, capacity: u32, ids: Limits) -> Result<Self> {
+    fn new(root: BorrowedFd, capacity: u32, ids: Limits, btf: Option<PathBuf>) -> Result<Self> {
         let storage = NonNull::from(Box::leak(Box::new(MaybeUninit::<OpenObject>::uninit())));
-        let loaded = Self::load(root, capacity, ids, storage);
+        let loaded = Self::load(root, capacity, ids, btf, storage);
         if loaded.is_err() {
             // SAFETY: nothing borrows the storage once loading failed.
             drop(unsafe { Box::from_raw(storage.as_ptr()) });
@@ -159,14 +166,28 @@ impl Loaded {
         root: BorrowedFd,
         capacity: u32,
         ids: Limits,
+        btf: Option<PathBuf>,
         storage: NonNull<MaybeUninit<OpenObject>>,
     ) -> Result<Self> {
         // SAFETY: `storage` lives until `Loaded::drop`, which drops the
         // skeleton first; the 'static borrow never escapes `Loaded`.
         let storage_ref: &'static mut MaybeUninit<OpenObject> = unsafe { &mut *storage.as_ptr() };
-        let mut open = CgroupStatsSkelBuilder::default()
-            .open(storage_ref)
-            .context("Failed to open the BPF object")?;
+        let builder = CgroupStatsSkelBuilder::default();
+        let mut open = match &btf {
+            None => builder.open(storage_ref),
+            Some(path) => {
+                // libbpf copies the path during the open.
+                let path = CString::new(path.as_os_str().as_bytes())
+                    .context("BTF path with a NUL byte")?;
+                let opts = libbpf_rs::libbpf_sys::bpf_object_open_opts {
+                    sz: std::mem::size_of::<libbpf_rs::libbpf_sys::bpf_object_open_opts>() as _,
+                    btf_custom_path: path.as_ptr(),
+                    ..Default::default()
+                };
+                builder.open_opts(opts, storage_ref)
+            }
+        }
+        .context("Failed to open the BPF object")?;
         open.maps
             .records
             .set_max_entries(capacity)
@@ -217,6 +238,7 @@ impl Loaded {
             bss,
             capacity,
             limits: ids,
+            btf,
         })
     }
 
@@ -256,6 +278,7 @@ impl Loaded {
         Ok(Pass {
             cgroups: bss.nr_cgroups,
             features: bss.features,
+            facts: bss.facts,
             memory_nodes: bss.memory_nodes,
             moved: bss.moved != 0,
         })
@@ -276,7 +299,7 @@ impl Loaded {
                 return Ok(pass);
             }
             let cap = pass.cgroups.saturating_mul(2).next_power_of_two();
-            *self = Loaded::new(root, cap, self.limits)
+            *self = Loaded::new(root, cap, self.limits, self.btf.clone())
                 .with_context(|| format!("cannot grow the records map to {cap} cgroups"))?;
         }
     }
@@ -311,6 +334,8 @@ pub(crate) struct Pass {
     pub(crate) cgroups: u32,
     /// FEAT_* bits.
     pub(crate) features: u32,
+    /// Bit i: the kernel has KERNEL_FACTS[i].
+    pub(crate) facts: u64,
     /// The nodes memory.numa_stat prints (N_MEMORY).
     pub(crate) memory_nodes: u64,
     /// A WANTED pass found the tree changed since the RANK pass.

@@ -12,8 +12,12 @@
 //! cpu.stat and pressure from kept fds ([`RootText`]), and files the plan
 //! gives to plain read through [`Walker::read_at`].
 
+#[cfg(test)]
+mod btf_edit;
 pub(crate) mod contract;
 mod decode;
+#[cfg(test)]
+mod facts_test;
 mod kernel;
 mod load;
 mod probe;

@@ -2,11 +2,13 @@
 //! a trial pass: per stat file whether BPF serves it (and why not).
 
 use std::os::fd::BorrowedFd;
+use std::path::Path;
 
 use regex::Regex;
 
 use super::contract::*;
 use super::kernel::Kernel;
+use super::kernel::BTF_PATH;
 use super::load::Loaded;
 use super::BpfBackend;
 use crate::plan::Support;
@@ -20,6 +22,21 @@ pub(crate) struct Probe {
 }
 
 pub(crate) fn probe(root_fd: BorrowedFd, filter: Option<Regex>) -> Probe {
+    probe_with(root_fd, filter, None)
+}
+
+/// Why the program cannot read through a missing kernel fact.
+fn missing(fact: &Fact) -> String {
+    let what = match fact.kind {
+        FactKind::Field | FactKind::Cpumask => "struct member",
+        FactKind::Enumval => "enum value",
+    };
+    format!("kernel lacks {what} {}.{}", fact.ty, fact.member)
+}
+
+/// As [`probe`], relocating against `btf` (a file standing for the
+/// kernel's BTF) when given.
+pub(crate) fn probe_with(root_fd: BorrowedFd, filter: Option<Regex>, btf: Option<&Path>) -> Probe {
     let fail = |why: String| Probe {
         capability: Err(why),
         backend: None,
@@ -28,16 +45,17 @@ pub(crate) fn probe(root_fd: BorrowedFd, filter: Option<Regex>) -> Probe {
         limits,
         has_numa_stat,
         numa_layout,
-    } = match Kernel::read() {
+        swap_files,
+    } = match Kernel::read(btf.unwrap_or(Path::new(BTF_PATH))) {
         Ok(k) => k,
         Err(why) => return fail(why),
     };
-    let mut loaded = match Loaded::first(root_fd, limits) {
+    let mut loaded = match Loaded::first(root_fd, limits, btf) {
         Ok(l) => l,
         Err(e) => return fail(format!("cannot load the cgroup iterator: {e:#}")),
     };
-    let features = match loaded.run(PASS_FULL, 0) {
-        Ok(pass) => pass.features,
+    let (features, facts) = match loaded.run(PASS_FULL, 0) {
+        Ok(pass) => (pass.features, pass.facts),
         Err(e) => return fail(format!("the cgroup iterator failed: {e:#}")),
     };
 
@@ -52,6 +70,25 @@ pub(crate) fn probe(root_fd: BorrowedFd, filter: Option<Regex>) -> Probe {
         "io.stat: BPF cannot flush the io css",
         &mut files,
     );
+    // What this kernel lacks (config, version): its files as text, which
+    // shows them as the kernel has them.
+    for (i, fact) in KERNEL_FACTS.iter().enumerate() {
+        if facts & (1 << i) != 0 {
+            continue;
+        }
+        for f in fact_files(fact) {
+            if files.contains(f) {
+                never(f, &missing(fact), &mut files);
+            }
+        }
+    }
+    if let Err(why) = &swap_files {
+        for f in [StatFile::MemorySwapCurrent, StatFile::MemorySwapMax] {
+            if files.contains(f) {
+                never(f, why, &mut files);
+            }
+        }
+    }
     if !has_numa_stat {
         never(
             StatFile::MemoryNumaStat,
@@ -142,4 +179,11 @@ pub(crate) fn probe(root_fd: BorrowedFd, filter: Option<Regex>) -> Probe {
         capability: Ok(Support { files, reasons }),
         backend: Some(BpfBackend::new(loaded, filter)),
     }
+}
+
+/// The stat files that need `fact`.
+pub(crate) fn fact_files(fact: &'static Fact) -> impl Iterator<Item = StatFile> {
+    fact.files.split_whitespace().map(|name| {
+        StatFile::by_name(name).unwrap_or_else(|| panic!("{}: no stat file {name}", fact.name))
+    })
 }

@@ -1,0 +1,140 @@
+//! The program loads on a kernel that lacks any one of the KERNEL_FACTS,
+//! and the plan sends exactly the files that need it to plain read, with
+//! the reason. The kernel lacking it is this one with the fact renamed in
+//! a copy of its BTF, which libbpf relocates against (btf_custom_path).
+//! Needs root (loading BPF); skipped with a line otherwise.
+
+use std::fs::File;
+use std::os::fd::AsFd;
+use std::path::Path;
+
+use super::btf_edit::edit;
+use super::btf_edit::Edit;
+use super::contract::*;
+use super::kernel::BTF_PATH;
+use super::probe::fact_files;
+use super::probe::probe_with;
+use crate::plan::BackendChoice;
+use crate::plan::BackendKind;
+use crate::plan::Plan;
+use crate::FileSet;
+use crate::StatFile;
+
+/// What probing against `btf` found: the plan's files by backend, the
+/// reasons, the facts the program reported.
+struct Found {
+    plan: Plan,
+    facts: u64,
+}
+
+fn probe_against(root: &File, btf: &Path) -> Found {
+    let probe = probe_with(root.as_fd(), None, Some(btf));
+    let plan = Plan::choose(BackendChoice::Auto, &probe.capability, &Err("off".into())).unwrap();
+    let cap = probe.capability.as_ref().map(|_| ());
+    let mut backend = probe
+        .backend
+        .unwrap_or_else(|| panic!("the program did not load: {cap:?}"));
+    let facts = backend.loaded.run(PASS_FULL, 0).expect("a pass").facts;
+    Found { plan, facts }
+}
+
+fn write(dir: &Path, name: &str, raw: &[u8]) -> std::path::PathBuf {
+    let path = dir.join(name);
+    std::fs::write(&path, raw).unwrap();
+    path
+}
+
+fn read_files(plan: &Plan) -> FileSet {
+    plan.files_of(BackendKind::Read)
+}
+
+fn reason(plan: &Plan, f: StatFile) -> &str {
+    &plan.files.iter().find(|c| c.file == f).unwrap().reason
+}
+
+#[test]
+fn loads_without_each_optional_fact() {
+    if !nix::unistd::geteuid().is_root() {
+        println!("skipped: loading BPF needs root");
+        return;
+    }
+    let (Ok(root), Ok(raw)) = (crate::find_cgroup2_mount(), std::fs::read(BTF_PATH)) else {
+        println!("skipped: no cgroup2 mount or no {BTF_PATH}");
+        return;
+    };
+    let root = File::open(root).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let base = probe_against(&root, &write(dir.path(), "base", &raw));
+    let mut tried = 0;
+    for (i, fact) in KERNEL_FACTS.iter().enumerate() {
+        if base.facts & (1 << i) == 0 {
+            println!("{}: this kernel lacks it already", fact.name);
+            continue;
+        }
+        let e = match fact.kind {
+            FactKind::Field | FactKind::Cpumask => Edit::Member {
+                ty: fact.ty,
+                member: fact.member,
+            },
+            FactKind::Enumval => Edit::EnumVal {
+                ty: fact.ty,
+                value: fact.member,
+            },
+        };
+        let without = write(dir.path(), fact.name, &edit(&raw, e).unwrap());
+        let found = probe_against(&root, &without);
+        assert_eq!(found.facts, base.facts & !(1 << i), "{}: facts", fact.name);
+        let needs: FileSet = fact_files(fact).collect();
+        assert_eq!(
+            read_files(&found.plan),
+            read_files(&base.plan).union(needs),
+            "{}: files read",
+            fact.name
+        );
+        for f in needs.difference(read_files(&base.plan)).iter() {
+            let why = reason(&found.plan, f);
+            assert!(
+                why.contains(&format!("{}.{}", fact.ty, fact.member)),
+                "{}: {f}: {why}",
+                fact.name
+            );
+        }
+        tried += 1;
+    }
+    println!(
+        "{tried} of {} facts taken away, one at a time",
+        KERNEL_FACTS.len()
+    );
+    assert!(
+        tried > KERNEL_FACTS.len() / 2,
+        "too few facts on this kernel"
+    );
+
+    // Facts user space reads from BTF: no CONFIG_SWAP, no rstat kfunc.
+    for (e, files) in [
+        (
+            Edit::Func {
+                name: "__mem_cgroup_try_charge_swap",
+            },
+            &[StatFile::MemorySwapCurrent, StatFile::MemorySwapMax][..],
+        ),
+        (
+            Edit::Func {
+                name: "css_rstat_flush",
+            },
+            &[StatFile::CpuStat][..],
+        ),
+    ] {
+        let Ok(raw) = edit(&raw, e) else {
+            println!("{e:?}: this kernel lacks it already");
+            continue;
+        };
+        let found = probe_against(&root, &write(dir.path(), "func", &raw));
+        let needs: FileSet = files.iter().copied().collect();
+        assert_eq!(
+            read_files(&found.plan),
+            read_files(&base.plan).union(needs),
+            "{e:?}: files read"
+        );
+    }
+}
