@@ -206,8 +206,7 @@ pub(crate) fn edit(btf: &[u8], edit: Edit) -> Result<Vec<u8>, String> {
             slots.sort_unstable_by(|a, b| b.cmp(a));
             for slot in slots {
                 let (_, at, kind, _) = (raw.types().into_iter())
-                    .filter(|&(_, at, _, _)| at < slot)
-                    .last()
+                    .rfind(|&(_, at, _, _)| at < slot)
                     .expect("an entry follows its type");
                 let size = extra(kind).1;
                 let info = raw.u32_at(at + 4);
