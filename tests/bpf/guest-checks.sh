@@ -1,6 +1,9 @@
 #!/bin/sh
-# Runs inside a tests/vm guest (busybox sh). Usage: guest-checks.sh full|fallback
+# Runs inside a tests/vm guest (busybox sh). Usage: guest-checks.sh full|compare|fallback
 # full:     7.3 guest (memcg kfuncs): plan, compare, churn, syscalls, bench.
+# compare:  another kernel with memcg kfuncs: memory.stat, cpu.stat and the
+#           pressure files served by BPF (the plan, checked by bstats-check),
+#           what BPF serves equals text.
 # fallback: kernel without memcg kfuncs: auto and forced bpf fall back per
 #           file with the reason; what BPF serves equals text.
 set -u
@@ -20,23 +23,17 @@ full)
   check syscalls $B syscalls
   check bench $B bench 1000 10
   ;;
+compare)
+  check plan-auto $B plan auto --bpf memory.stat --bpf cpu.stat \
+    --bpf cpu.pressure --bpf io.pressure --bpf memory.pressure
+  check compare $B compare 60
+  ;;
 fallback)
-  echo "=== plan-auto"
-  $B plan auto | tee /tmp/plan || fail=1
-  if grep -q '^  memory.stat  *read bpf: kernel lacks kfunc bpf_mem_cgroup_page_state' /tmp/plan &&
-     grep -q '^  memory.current  *bpf ' /tmp/plan; then
-    echo "=== plan-auto: PASS (per-file fallback with the reason)"
-  else
-    echo "=== plan-auto: FAIL"; fail=1
-  fi
-  echo "=== plan-bpf (serves what it can, reads the rest)"
-  if $B plan bpf >/tmp/forced 2>&1 &&
-     grep -q '^  memory.stat  *read bpf: kernel lacks kfunc bpf_mem_cgroup_page_state' /tmp/forced &&
-     grep -q '^  memory.current  *bpf ' /tmp/forced; then
-    echo "=== plan-bpf: PASS (memory.stat read with the reason)"
-  else
-    cat /tmp/forced; echo "=== plan-bpf: FAIL"; fail=1
-  fi
+  check plan-auto $B plan auto --bpf memory.current \
+    --read "memory.stat=bpf: kernel lacks kfunc bpf_mem_cgroup_page_state"
+  # Forced bpf serves what it can and reads the rest, with the reason.
+  check plan-bpf $B plan bpf --bpf memory.current \
+    --read "memory.stat=bpf: kernel lacks kfunc bpf_mem_cgroup_page_state"
   # What BPF does serve here must equal the text.
   check compare $B compare 60
   ;;

@@ -12,8 +12,10 @@ use std::path::Path;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use anyhow::bail;
 use anyhow::Result;
 use bpf_stats::BackendChoice;
+use bpf_stats::BackendKind;
 use bpf_stats::CgroupCollector;
 use bpf_stats::Options;
 use clap::Parser;
@@ -31,10 +33,16 @@ struct Args {
 
 #[derive(Subcommand)]
 enum Check {
-    /// Print the plan for BACKEND, or why it cannot run
+    /// Print the plan for BACKEND, or why it cannot run; fail unless each
+    /// --bpf FILE is served by BPF and each --read FILE=REASON is read as
+    /// text with a reason containing REASON
     Plan {
         #[arg(default_value = "auto")]
         backend: BackendChoice,
+        #[arg(long = "bpf", value_name = "FILE")]
+        bpf: Vec<String>,
+        #[arg(long = "read", value_name = "FILE=REASON")]
+        read: Vec<String>,
     },
     /// Loaded, frozen tree of N cgroups: what BACKEND serves == plain read
     Compare {
@@ -67,7 +75,7 @@ enum Check {
 
 fn main() -> Result<()> {
     match Args::parse().check {
-        Check::Plan { backend } => plan(backend),
+        Check::Plan { backend, bpf, read } => plan(backend, &bpf, &read),
         Check::Compare { n, backend } => compare::compare(n, backend),
         Check::Churn { seconds } => churn::churn(seconds),
         Check::Syscalls => cost::syscalls(),
@@ -92,8 +100,32 @@ fn options(root: &Path, backend: BackendChoice) -> Options {
     }
 }
 
-fn plan(backend: BackendChoice) -> Result<()> {
+fn plan(backend: BackendChoice, bpf: &[String], read: &[String]) -> Result<()> {
     let c = CgroupCollector::new(&options(&cgroup_root()?, backend))?;
-    print!("{}", c.plan());
+    let plan = c.plan();
+    print!("{plan}");
+    let mut wrong = Vec::new();
+    let mut expect = |file: &str, kind: BackendKind, reason: &str| match plan
+        .files
+        .iter()
+        .find(|c| c.file.name() == file)
+    {
+        Some(c) if c.backend == kind && c.reason.contains(reason) => {}
+        Some(c) => wrong.push(format!(
+            "{file}: {} ({}), not {kind} ({reason})",
+            c.backend, c.reason
+        )),
+        None => wrong.push(format!("{file}: not in the plan")),
+    };
+    for f in bpf {
+        expect(f, BackendKind::Bpf, "");
+    }
+    for r in read {
+        let (f, why) = r.split_once('=').unwrap_or((r, ""));
+        expect(f, BackendKind::Read, why);
+    }
+    if !wrong.is_empty() {
+        bail!("unexpected plan: {}", wrong.join("; "));
+    }
     Ok(())
 }
