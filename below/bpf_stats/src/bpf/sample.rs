@@ -130,7 +130,10 @@ impl Decoder {
         let has = |flag| has(r, flag) && r.level != 0;
         match by {
             TopBy::Cpu => has(HAS_BSTAT).then_some(r.usage_ns / 1000),
-            TopBy::Memory => has(HAS_MEMCG).then(|| r.mem_usage * self.page_size),
+            // ABSENT: a kernel whose page counter the program cannot read.
+            TopBy::Memory => {
+                (has(HAS_MEMCG) && r.mem_usage != ABSENT).then(|| r.mem_usage * self.page_size)
+            }
             TopBy::Pressure => has(HAS_PSI).then(|| {
                 let t = PsiRows::from_fn(|i| r.psi_total_ns[i] / 1000);
                 t.cpu_some + t.io_some + t.memory_some
