@@ -116,7 +116,11 @@ fn loads_without_each_optional_fact() {
             Edit::Func {
                 name: "__mem_cgroup_try_charge_swap",
             },
-            &[StatFile::MemorySwapCurrent, StatFile::MemorySwapMax][..],
+            &[
+                StatFile::MemorySwapCurrent,
+                StatFile::MemorySwapMax,
+                StatFile::MemoryZswapMax,
+            ][..],
         ),
         (
             Edit::Func {

@@ -232,7 +232,7 @@ impl Limits {
 }
 
 /// A function of mm/memcontrol.c built only with CONFIG_SWAP, which also
-/// registers the memory.swap.* files.
+/// registers the memory.swap.* and memory.zswap.* files.
 const SWAP_FUNC: &str = "__mem_cgroup_try_charge_swap";
 
 /// What the running kernel's BTF says about the program's inputs.
@@ -244,7 +244,8 @@ pub(crate) struct Kernel {
     pub(crate) has_numa_stat: bool,
     /// Where its values are, or why that is not known.
     pub(crate) numa_layout: std::result::Result<NumaLayout, String>,
-    /// CONFIG_SWAP: memory.swap.* exist; else why not.
+    /// CONFIG_SWAP: memory.swap.* can exist (the boot may leave them
+    /// out: see probe.rs); else why not.
     pub(crate) swap_files: std::result::Result<(), String>,
 }
 
@@ -266,7 +267,7 @@ impl Kernel {
         let swap_files = match btf.type_by_name::<types::Func>(SWAP_FUNC) {
             Some(_) => Ok(()),
             None => Err(format!(
-                "kernel has no memory.swap.* (CONFIG_SWAP: no {SWAP_FUNC} in BTF)"
+                "kernel has no memory.swap.*, memory.zswap.* (CONFIG_SWAP: no {SWAP_FUNC} in BTF)"
             )),
         };
         Ok(Kernel {

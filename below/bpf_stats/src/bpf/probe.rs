@@ -1,6 +1,7 @@
 //! What this kernel lets the BPF backend do, from its BTF (kernel.rs) and
 //! a trial pass: per stat file whether BPF serves it (and why not).
 
+use std::os::fd::AsRawFd;
 use std::os::fd::BorrowedFd;
 use std::path::Path;
 
@@ -23,6 +24,31 @@ pub(crate) struct Probe {
 
 pub(crate) fn probe(root_fd: BorrowedFd, filter: Option<Regex>) -> Probe {
     probe_with(root_fd, filter, None)
+}
+
+/// Whether this boot has memory.swap.* and .zswap.* (swapaccount=0 or
+/// cgroup.memory=noswap leave them out on some kernels), from a cgroup
+/// under `root` with the memory controller: the files are the same in
+/// every such cgroup. With none, as CONFIG_SWAP says.
+fn swap_files_this_boot(root: BorrowedFd) -> std::result::Result<(), String> {
+    let dir = format!("/proc/self/fd/{}", root.as_raw_fd());
+    let Ok(children) = std::fs::read_dir(&dir) else {
+        return Ok(());
+    };
+    for child in children.flatten() {
+        let path = child.path();
+        if path.join("memory.current").exists() {
+            if path.join("memory.swap.current").exists() {
+                return Ok(());
+            }
+            let name = child.file_name();
+            return Err(format!(
+                "this boot has no memory.swap.* (none in {}: swapaccount=0 or cgroup.memory=noswap)",
+                name.to_string_lossy()
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Why the program cannot read through a missing kernel fact.
@@ -82,10 +108,14 @@ pub(crate) fn probe_with(root_fd: BorrowedFd, filter: Option<Regex>, btf: Option
             }
         }
     }
-    if let Err(why) = &swap_files {
-        for f in [StatFile::MemorySwapCurrent, StatFile::MemorySwapMax] {
+    if let Err(why) = swap_files.and_then(|()| swap_files_this_boot(root_fd)) {
+        for f in [
+            StatFile::MemorySwapCurrent,
+            StatFile::MemorySwapMax,
+            StatFile::MemoryZswapMax,
+        ] {
             if files.contains(f) {
-                never(f, why, &mut files);
+                never(f, &why, &mut files);
             }
         }
     }
@@ -186,4 +216,28 @@ pub(crate) fn fact_files(fact: &'static Fact) -> impl Iterator<Item = StatFile> 
     fact.files.split_whitespace().map(|name| {
         StatFile::by_name(name).unwrap_or_else(|| panic!("{}: no stat file {name}", fact.name))
     })
+}
+
+#[cfg(test)]
+mod test {
+    use std::fs::File;
+    use std::os::fd::AsFd;
+
+    use super::*;
+
+    /// A directory standing for a cgroup root: the check looks at files.
+    #[test]
+    fn swap_files_from_a_memory_cgroup() {
+        let root = tempfile::tempdir().unwrap();
+        let check = || swap_files_this_boot(File::open(root.path()).unwrap().as_fd());
+        std::fs::create_dir(root.path().join("no-memory")).unwrap();
+        assert_eq!(check(), Ok(()), "no memory cgroup: as CONFIG_SWAP says");
+        let child = root.path().join("a.slice");
+        std::fs::create_dir(&child).unwrap();
+        std::fs::write(child.join("memory.current"), "0\n").unwrap();
+        let why = check().unwrap_err();
+        assert!(why.contains("none in a.slice"), "{why}");
+        std::fs::write(child.join("memory.swap.current"), "0\n").unwrap();
+        assert_eq!(check(), Ok(()));
+    }
 }
