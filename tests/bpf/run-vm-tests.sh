@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Usage: tests/bpf/run-vm-tests.sh [STAGE[:KERNEL]]...
-#   (default: host full compare:debian-7.2 fallback:debian-6.12 fallback:debian-6.1)
+#   (default: host full facts compare:debian-7.2 fallback:debian-6.12 fallback:debian-6.1)
 # Runs the acceptance driver bstats-check (below/testkit) in QEMU guests
 # through tests/vm/run.sh (KERNEL: a tests/vm/kernel.sh name):
 #   full      (debian-7.3) bpf plan, frozen-tree bpf==read compare,
@@ -9,12 +9,15 @@
 #             frozen-tree bpf==read compare
 #   fallback  (debian-6.1) no memcg kfuncs: per-file fallback with the
 #             reason, auto and forced bpf; frozen-tree compare of the rest
+#   facts     (debian-7.3) bpf_stats' unit tests that load the program with
+#             each kernel fact taken out of a copy of the kernel's BTF, and
+#             the numa_stat layout ones, on a kernel with the memcg kfuncs
 #   host      the same fallback check on this host (cargo test, needs root)
 # Fails (non-zero) when any check fails. Logs: tests/vm's cache logs dir.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 stages=("$@")
-[ ${#stages[@]} -gt 0 ] || stages=(host full compare:debian-7.2 fallback:debian-6.12 fallback:debian-6.1)
+[ ${#stages[@]} -gt 0 ] || stages=(host full facts compare:debian-7.2 fallback:debian-6.12 fallback:debian-6.1)
 
 host() {
   (cd "$REPO_ROOT" && cargo test -q --locked -p bpf_stats --test host_fallback -- --nocapture)
@@ -27,11 +30,22 @@ guest() {
     -- sh /guest-checks.sh "$2"
 }
 
+# facts KERNEL: the unit test binary (built here) in a guest.
+facts() {
+  local bin
+  bin=$(cd "$REPO_ROOT" && cargo test --release --locked -p bpf_stats --lib --no-run 2>&1 |
+    sed -n 's/.*Executable unittests src\/lib.rs (\(.*\))$/\1/p') || return 1
+  [ -n "$bin" ] || return 1
+  case "$bin" in /*) ;; *) bin=$REPO_ROOT/$bin ;; esac
+  "$REPO_ROOT/tests/vm/run.sh" --kernel "$1" --timeout 1500 --add "$bin:/bpf-stats-test" \
+    -- /bpf-stats-test --test-threads 1 bpf::facts_test bpf::kernel
+}
+
 # The kernel of STAGE[:KERNEL].
 kernel_of() {
   case "$1" in
     *:*) echo "${1#*:}" ;;
-    full) echo debian-7.3 ;;
+    full|facts) echo debian-7.3 ;;
     compare) echo debian-7.2 ;;
     fallback) echo debian-6.1 ;;
   esac
@@ -39,7 +53,7 @@ kernel_of() {
 
 for s in "${stages[@]}"; do
   case "${s%%:*}" in
-    host|full|compare|fallback) ;;
+    host|full|facts|compare|fallback) ;;
     *) die "unknown stage $s" ;;
   esac
 done
@@ -47,6 +61,7 @@ check "build" build_release
 for s in "${stages[@]}"; do
   case "$s" in
     host) check "host: fallback" host ;;
+    facts*) check "facts: $(kernel_of "$s")" facts "$(kernel_of "$s")" ;;
     *) check "${s%%:*}: $(kernel_of "$s")" guest "$(kernel_of "$s")" "${s%%:*}" ;;
   esac
 done
