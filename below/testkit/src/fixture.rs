@@ -104,6 +104,7 @@ impl Fixture {
             anon_mib: hold_mb,
             file: None,
             cpu: Cpu::For(Duration::from_millis(20)),
+            cycle: None,
         };
         for i in 0..want {
             let leaf = fx.top.join(leaves[i * leaves.len() / want]);
@@ -162,12 +163,12 @@ impl Fixture {
         write(&cgroup.join(file), value)
     }
 
-    /// Starts a worker doing `work` in `cgroup`; returns once its load is
-    /// in place.
-    pub fn spawn(&mut self, cgroup: &Path, work: &Work) -> Result<()> {
+    /// Starts a worker doing `work` in `cgroup`; returns its pid once its
+    /// load is in place.
+    pub fn spawn(&mut self, cgroup: &Path, work: &Work) -> Result<libc::pid_t> {
         match self.start(cgroup, work)? {
-            true => Ok(()),
-            false => bail!("worker in {} died before it was ready", cgroup.display()),
+            Some(pid) => Ok(pid),
+            None => bail!("worker in {} died before it was ready", cgroup.display()),
         }
     }
 
@@ -175,19 +176,19 @@ impl Fixture {
     /// (which has a memory.max below it); returns once it was.
     pub fn spawn_oom(&mut self, cgroup: &Path, work: &Work) -> Result<()> {
         match self.start(cgroup, work)? {
-            true => bail!("worker in {} was not OOM-killed", cgroup.display()),
-            false => Ok(()),
+            Some(_) => bail!("worker in {} was not OOM-killed", cgroup.display()),
+            None => Ok(()),
         }
     }
 
-    /// True when the worker is running, false when it died first.
-    fn start(&mut self, cgroup: &Path, work: &Work) -> Result<bool> {
+    /// The worker's pid when it is running, None when it died first.
+    fn start(&mut self, cgroup: &Path, work: &Work) -> Result<Option<libc::pid_t>> {
         if let Some((f, _)) = &work.file {
             self.files.push(f.clone());
         }
         let pid = work::spawn(cgroup, work)?;
         self.workers.extend(pid);
-        Ok(pid.is_some())
+        Ok(pid)
     }
 
     /// Freezes the whole tree; returns once the kernel reports it frozen.

@@ -7,6 +7,7 @@ mod work;
 pub use fixture::Controllers;
 pub use fixture::Fixture;
 pub use work::Cpu;
+pub use work::Cycle;
 pub use work::Work;
 
 /// For tests that need root (cgroups, BPF, mounts): true, after one line

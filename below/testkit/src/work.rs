@@ -22,6 +22,23 @@ pub struct Work {
     /// A file of this many MiB written (page cache, or shmem on tmpfs).
     pub file: Option<(PathBuf, usize)>,
     pub cpu: Cpu,
+    /// Kept up once ready, until killed (instead of sleeping or spinning).
+    pub cycle: Option<Cycle>,
+}
+
+/// Load that keeps changing, for checks on cgroups sampled while they move.
+#[derive(Clone, Debug)]
+pub enum Cycle {
+    /// Anonymous memory growing by `step_mib` every `step` up to `max_mib`,
+    /// then shrinking the same way to none, over and over.
+    Memory {
+        max_mib: usize,
+        step_mib: usize,
+        step: Duration,
+    },
+    /// Direct (uncached) 64 KiB writes and reads of a block device's first
+    /// 16 MiB, one pair every 20 ms: io.stat and io.pressure move.
+    Disk(PathBuf),
 }
 
 #[derive(Clone, Copy, Debug, Default)]
@@ -45,6 +62,10 @@ pub(crate) fn spawn(cgroup: &Path, work: &Work) -> Result<Option<libc::pid_t>> {
         Some((p, mib)) => Some((cstr(p)?, *mib)),
         None => None,
     };
+    let disk = match &work.cycle {
+        Some(Cycle::Disk(p)) => Some(cstr(p)?),
+        _ => None,
+    };
     let mut fds = [0; 2];
     // SAFETY: pipe2 fills `fds`.
     if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
@@ -56,7 +77,7 @@ pub(crate) fn spawn(cgroup: &Path, work: &Work) -> Result<Option<libc::pid_t>> {
     let pid = unsafe { libc::fork() };
     if pid == 0 {
         // SAFETY: in the fork's child, with arguments prepared before it.
-        unsafe { child(&procs, file.as_ref(), work, ready_w) }
+        unsafe { child(&procs, file.as_ref(), disk.as_ref(), work, ready_w) }
     }
     let fork_err = std::io::Error::last_os_error();
     // SAFETY: closing our copy of the write end.
@@ -97,10 +118,12 @@ fn reap(pid: libc::pid_t) {
 }
 
 /// The worker: join `procs`' cgroup, put the load in place, write one byte
-/// to `ready`, then wait to be killed. Exits 1 when it cannot join.
+/// to `ready`, then wait to be killed (cycling, spinning or asleep). Exits
+/// 1 when it cannot join.
 unsafe fn child(
     procs: &CString,
     file: Option<&(CString, usize)>,
+    disk: Option<&CString>,
     work: &Work,
     ready: libc::c_int,
 ) -> ! {
@@ -161,10 +184,94 @@ unsafe fn child(
     }
     libc::write(ready, b"r".as_ptr().cast(), 1);
     libc::close(ready);
+    match (&work.cycle, disk) {
+        (
+            Some(Cycle::Memory {
+                max_mib,
+                step_mib,
+                step,
+            }),
+            _,
+        ) => memory_wave(max_mib << 20, step_mib << 20, *step),
+        (_, Some(dev)) => disk_loop(dev),
+        _ => {}
+    }
     if let Cpu::Spin = work.cpu {
         spin(None);
     }
     loop {
         libc::pause();
+    }
+}
+
+fn nap(d: Duration) {
+    let ts = libc::timespec {
+        tv_sec: d.as_secs() as libc::time_t,
+        tv_nsec: d.subsec_nanos() as libc::c_long,
+    };
+    // SAFETY: a plain nanosleep; an early wake-up only shortens the nap.
+    unsafe { libc::nanosleep(&ts, std::ptr::null_mut()) };
+}
+
+/// [`Cycle::Memory`], in the worker (raw syscalls only).
+unsafe fn memory_wave(max: usize, step: usize, every: Duration) -> ! {
+    let step = step.clamp(4096, max.max(4096));
+    let p = libc::mmap(
+        std::ptr::null_mut(),
+        max,
+        libc::PROT_READ | libc::PROT_WRITE,
+        libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+        -1,
+        0,
+    );
+    if p == libc::MAP_FAILED {
+        libc::_exit(2);
+    }
+    let (mut held, mut growing) = (0, true);
+    loop {
+        if growing {
+            let end = (held + step).min(max);
+            for off in (held..end).step_by(4096) {
+                p.cast::<u8>().add(off).write_volatile(1);
+            }
+            held = end;
+            growing = held < max;
+        } else {
+            let start = held.saturating_sub(step);
+            // Gives the pages back: anon and memory.current go down.
+            libc::madvise(
+                p.cast::<u8>().add(start).cast(),
+                held - start,
+                libc::MADV_DONTNEED,
+            );
+            held = start;
+            growing = held == 0;
+        }
+        nap(every);
+    }
+}
+
+/// [`Cycle::Disk`], in the worker (raw syscalls only).
+unsafe fn disk_loop(dev: &CString) -> ! {
+    const CHUNK: usize = 64 << 10;
+    let fd = libc::open(dev.as_ptr(), libc::O_RDWR | libc::O_DIRECT);
+    // O_DIRECT needs an aligned buffer: a page-aligned mapping is one.
+    let buf = libc::mmap(
+        std::ptr::null_mut(),
+        CHUNK,
+        libc::PROT_READ | libc::PROT_WRITE,
+        libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+        -1,
+        0,
+    );
+    if fd < 0 || buf == libc::MAP_FAILED {
+        libc::_exit(4);
+    }
+    let mut off = 0;
+    loop {
+        libc::pwrite(fd, buf, CHUNK, off as libc::off_t);
+        libc::pread(fd, buf, CHUNK, off as libc::off_t);
+        off = (off + CHUNK) % (16 << 20);
+        nap(Duration::from_millis(20));
     }
 }

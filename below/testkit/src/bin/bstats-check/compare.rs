@@ -1,17 +1,13 @@
 //! Check 1: a loaded, frozen tree; every field a backend serves equals
 //! plain read's.
 
-use std::collections::BTreeMap;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
 use anyhow::bail;
 use anyhow::Result;
 use bpf_stats::BackendChoice;
-use bpf_stats::BackendKind;
 use bpf_stats::CgroupCollector;
-use bpf_stats::Snapshot;
-use bpf_stats::StatFile;
 use bstats_testkit::Controllers;
 use bstats_testkit::Cpu;
 use bstats_testkit::Fixture;
@@ -19,44 +15,9 @@ use bstats_testkit::Work;
 
 use crate::cgroup_root;
 use crate::options;
-
-fn by_path(s: &Snapshot) -> BTreeMap<String, &model::CgroupSample> {
-    (0..s.nodes.len())
-        .map(|i| (s.path_of(i), &s.nodes[i].sample))
-        .collect()
-}
-
-/// The CgroupSample field a file fills.
-fn field_of(f: StatFile) -> &'static str {
-    match f {
-        StatFile::CpuStat => "cpu_stat",
-        StatFile::IoStat => "io_stat",
-        StatFile::PidsCurrent => "tids_current",
-        StatFile::PidsMax => "tids_max",
-        StatFile::MemoryCurrent => "memory_current",
-        StatFile::MemoryStat => "memory_stat",
-        StatFile::CpuPressure | StatFile::IoPressure | StatFile::MemoryPressure => "pressure",
-        StatFile::MemorySwapCurrent => "memory_swap_current",
-        StatFile::MemoryMin => "memory_min",
-        StatFile::MemoryLow => "memory_low",
-        StatFile::MemoryHigh => "memory_high",
-        StatFile::MemoryMax => "memory_max",
-        StatFile::MemorySwapMax => "memory_swap_max",
-        StatFile::MemoryZswapMax => "memory_zswap_max",
-        StatFile::MemoryEvents => "memory_events",
-        StatFile::MemoryEventsLocal => "memory_events_local",
-        StatFile::CgroupStat => "cgroup_stat",
-        StatFile::MemoryNumaStat => "memory_numa_stat",
-        StatFile::CpusetCpus => "cpuset_cpus",
-        StatFile::CpusetCpusEffective => "cpuset_cpus_effective",
-        StatFile::CpusetMems => "cpuset_mems",
-        StatFile::CpusetMemsEffective => "cpuset_mems_effective",
-        StatFile::CpuWeight => "cpu_weight",
-        StatFile::CpuMax => "cpu_max",
-        StatFile::CgroupControllers => "cgroup_controllers",
-        StatFile::CgroupSubtreeControl => "cgroup_subtree_control",
-    }
-}
+use crate::served::by_path;
+use crate::served::field_of;
+use crate::served::kind_of;
 
 /// Field-by-field differences, "field: read=.. bpf=..", of the fields BPF
 /// served (text against text says nothing about BPF).
@@ -176,16 +137,11 @@ pub fn compare(n: usize, backend: BackendChoice) -> Result<()> {
     // text-only ones on 7.3; fewer on older kernels).
     let mut bpf = CgroupCollector::new(&options(&root, backend))?;
     print!("plan ({backend}):\n{}", bpf.plan());
-    let served = match backend {
-        BackendChoice::Stream => BackendKind::Stream,
-        _ => BackendKind::Bpf,
-    };
     let bpf_fields: BTreeSet<&str> = bpf
         .plan()
-        .files
+        .files_of(kind_of(backend))
         .iter()
-        .filter(|c| c.backend == served)
-        .map(|c| field_of(c.file))
+        .map(field_of)
         .chain(["inode_number"])
         .collect();
     // Frozen cgroups can still see the kernel move a few pages between LRU

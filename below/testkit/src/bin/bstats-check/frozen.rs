@@ -33,6 +33,7 @@ pub fn frozen_tree(cmd: &[String]) -> Result<()> {
             anon_mib: 0,
             file: Some(("/tmp/fa".into(), 4)),
             cpu: Cpu::For(Duration::from_millis(500)),
+            cycle: None,
         },
     )?;
     t.spawn(&rc, &Work::default())?;

@@ -7,6 +7,8 @@ mod churn;
 mod compare;
 mod cost;
 mod frozen;
+mod parity;
+mod served;
 
 use std::path::Path;
 use std::path::PathBuf;
@@ -51,6 +53,19 @@ enum Check {
         #[arg(default_value = "auto")]
         backend: BackendChoice,
     },
+    /// Live tree, SAMPLES per run: every value BACKEND serves lies where
+    /// the text read just before and after the sample puts it; without
+    /// and with --top N, then once per --plant, which must be caught
+    Parity {
+        #[arg(default_value_t = 20)]
+        samples: usize,
+        #[arg(long)]
+        top: Option<usize>,
+        #[arg(long, default_value = "auto")]
+        backend: BackendChoice,
+        #[arg(long, value_enum)]
+        plant: Vec<parity::Plant>,
+    },
     /// mkdir/rmdir while sampling with BPF for SECONDS
     Churn {
         #[arg(default_value_t = 10)]
@@ -77,6 +92,12 @@ fn main() -> Result<()> {
     match Args::parse().check {
         Check::Plan { backend, bpf, read } => plan(backend, &bpf, &read),
         Check::Compare { n, backend } => compare::compare(n, backend),
+        Check::Parity {
+            samples,
+            top,
+            backend,
+            plant,
+        } => parity::parity(samples, top, backend, &plant),
         Check::Churn { seconds } => churn::churn(seconds),
         Check::Syscalls => cost::syscalls(),
         Check::Bench { n, samples } => cost::bench(n, samples),

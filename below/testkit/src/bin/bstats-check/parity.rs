@@ -1,0 +1,954 @@
+//! Live parity: cgroups that change while they are sampled (CPU burners
+//! under cpu.max, memory growing and shrinking under a memory.high switched
+//! on and off, disk IO, cgroups made and removed, processes moved). One
+//! long-lived collector samples over and over, decoding into the tree it
+//! keeps (as `record` does); the text files are read just before and just
+//! after every sample, and every value the backend serves must lie where
+//! they put it: a counter between the two reads, a gauge or a pressure
+//! average within what the two showed.
+
+use std::collections::BTreeMap;
+use std::collections::BTreeSet;
+use std::collections::HashMap;
+use std::path::Path;
+use std::path::PathBuf;
+use std::sync::atomic::AtomicBool;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+use std::time::Instant;
+
+use anyhow::bail;
+use anyhow::Result;
+use bpf_stats::BackendChoice;
+use bpf_stats::CgroupCollector;
+use bpf_stats::FileSet;
+use bpf_stats::Snapshot;
+use bpf_stats::StatFile;
+use bpf_stats::TopBy;
+use bpf_stats::TopN;
+use bpf_stats::Tree;
+use bstats_testkit::Controllers;
+use bstats_testkit::Cpu;
+use bstats_testkit::Cycle;
+use bstats_testkit::Fixture;
+use bstats_testkit::Work;
+use cgroupfs::Pressure;
+use cgroupfs::PressureMetrics;
+use model::CgroupSample;
+use serde_json::Value;
+
+use crate::cgroup_root;
+use crate::options;
+use crate::served::by_path;
+use crate::served::file_of_value;
+use crate::served::kind_of;
+use crate::served::served;
+
+/// An error planted in every collected sample before it is checked: the
+/// check must catch it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Plant {
+    /// memory.stat's anon and file swapped.
+    Swap,
+    /// The pressure averages kept from each cgroup's first sample.
+    Freeze,
+    /// cpu.stat kept from each cgroup's first sample (an old value left by
+    /// decoding in place).
+    Stale,
+}
+
+impl Plant {
+    /// Whether `f` is about a planted value.
+    fn caught_by(self, f: &Failure) -> bool {
+        let v = f.value_path.as_str();
+        match self {
+            Plant::Swap => v == "memory_stat.anon" || v == "memory_stat.file",
+            Plant::Freeze => v.starts_with("pressure.") && v.contains(".avg"),
+            Plant::Stale => v.starts_with("cpu_stat."),
+        }
+    }
+
+    /// The file the error is in: a plant on a file the backend does not
+    /// serve is not checked, so cannot be caught.
+    fn file(self) -> StatFile {
+        match self {
+            Plant::Swap => StatFile::MemoryStat,
+            Plant::Freeze => StatFile::CpuPressure,
+            Plant::Stale => StatFile::CpuStat,
+        }
+    }
+}
+
+/// Every `QUIET`th sample follows a pause with no pressure file read: a
+/// read of a pressure file updates the kernel's averages when they are
+/// due, so a read just before every sample would hide averages the
+/// backend leaves stale.
+const QUIET: usize = 4;
+/// Longer than the kernel's 2 s averaging period.
+const QUIET_PAUSE: Duration = Duration::from_millis(2200);
+
+/// `samples` per run on a live tree: without top-N, with `--top N`, then
+/// one run per planted error, each of which must fail.
+pub fn parity(
+    samples: usize,
+    top: Option<usize>,
+    backend: BackendChoice,
+    plants: &[Plant],
+) -> Result<()> {
+    let root = cgroup_root()?;
+    let live = Live::new(&root)?;
+    println!(
+        "parity: {} cgroups loaded{}; {samples} samples per run, backend {backend}",
+        1 + live.fx.created(),
+        if live.disk {
+            ", disk IO on /dev/scratch"
+        } else {
+            ""
+        }
+    );
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        let stirrer = s.spawn(|| live.stir(&stop));
+        // Pressure and rates build up before the first sample.
+        std::thread::sleep(Duration::from_secs(2));
+        let result = runs(&root, samples, top, backend, plants);
+        stop.store(true, Ordering::Relaxed);
+        let stirred = stirrer.join().expect("stirrer panicked")?;
+        println!("parity: meanwhile {stirred}");
+        result
+    })
+}
+
+fn runs(
+    root: &Path,
+    samples: usize,
+    top: Option<usize>,
+    backend: BackendChoice,
+    plants: &[Plant],
+) -> Result<()> {
+    let mut bad = Vec::new();
+    let mut tops = vec![None];
+    tops.extend(top.map(Some));
+    for top in tops {
+        let name = match top {
+            None => "no top".to_owned(),
+            Some(n) => format!("--cgroup-top {n}"),
+        };
+        if !run(root, samples, top, backend, None)?.passed() {
+            bad.push(name);
+        }
+    }
+    for &plant in plants {
+        let name = format!("plant {plant:?}");
+        let report = run(root, samples.min(8), None, backend, Some(plant))?;
+        if !report.planted_on {
+            println!(
+                "parity: {name}: {} is not served here; not run",
+                plant.file()
+            );
+        } else {
+            let on_plant = report
+                .failures
+                .iter()
+                .filter(|f| plant.caught_by(f))
+                .count();
+            if on_plant == 0 {
+                println!("parity: {name}: NOT CAUGHT");
+                bad.push(name);
+            } else {
+                println!(
+                    "parity: {name}: caught ({on_plant} failures on the planted values, {} in all)",
+                    report.failures.len()
+                );
+            }
+        }
+    }
+    if !bad.is_empty() {
+        bail!("parity failed: {}", bad.join(", "));
+    }
+    println!("parity: OK");
+    Ok(())
+}
+
+/// The live tree, under `<top>`: cpu/{b0,b1,b2} burners (b0 and b1 under
+/// cpu.max), mem/wave (anon up and down; the stirrer switches its
+/// memory.high on and off), mem/hold (anon and shmem held), io (direct IO
+/// on /dev/scratch when the guest has it), mv/{a,b} (a burner the stirrer
+/// moves between them: the room left behind goes idle with pressure
+/// averages decaying), idle/{x,y} (a sleeper moved between them) and
+/// churn/ (cgroups the stirrer makes and removes).
+struct Live {
+    fx: Fixture,
+    wave: PathBuf,
+    roamer: (libc::pid_t, [PathBuf; 2]),
+    sleeper: (libc::pid_t, [PathBuf; 2]),
+    churn: PathBuf,
+    disk: bool,
+}
+
+impl Live {
+    fn new(root: &Path) -> Result<Live> {
+        let mut fx = Fixture::new(root, "parity", Controllers::All)?;
+        let parent = |fx: &mut Fixture, rel: &str| -> Result<PathBuf> {
+            let p = fx.mkdir(rel)?;
+            fx.enable_controllers(&p)?;
+            Ok(p)
+        };
+        let spin = Work {
+            cpu: Cpu::Spin,
+            ..Work::default()
+        };
+        parent(&mut fx, "cpu")?;
+        let b0 = fx.mkdir("cpu/b0")?;
+        fx.set(&b0, "cpu.max", "20000 100000")?;
+        fx.spawn(&b0, &spin)?;
+        // Two burners sharing half a CPU: throttled every period.
+        let b1 = fx.mkdir("cpu/b1")?;
+        fx.set(&b1, "cpu.max", "50000 100000")?;
+        fx.spawn(&b1, &spin)?;
+        fx.spawn(&b1, &spin)?;
+        // Uncapped: competes with everything else (cpu pressure).
+        let b2 = fx.mkdir("cpu/b2")?;
+        fx.spawn(&b2, &spin)?;
+        parent(&mut fx, "mem")?;
+        let wave = fx.mkdir("mem/wave")?;
+        fx.spawn(
+            &wave,
+            &Work {
+                cycle: Some(Cycle::Memory {
+                    max_mib: 48,
+                    step_mib: 2,
+                    step: Duration::from_millis(150),
+                }),
+                ..Work::default()
+            },
+        )?;
+        let hold = fx.mkdir("mem/hold")?;
+        let shm = PathBuf::from(format!("/tmp/{}-hold", fx.name()));
+        fx.spawn(
+            &hold,
+            &Work {
+                anon_mib: 16,
+                file: Some((shm, 8)),
+                ..Work::default()
+            },
+        )?;
+        let disk = Path::new("/dev/scratch").exists();
+        if disk {
+            let io = fx.mkdir("io")?;
+            fx.spawn(
+                &io,
+                &Work {
+                    cycle: Some(Cycle::Disk("/dev/scratch".into())),
+                    ..Work::default()
+                },
+            )?;
+        }
+        let mv = parent(&mut fx, "mv")?;
+        fx.set(&mv, "cpu.max", "30000 100000")?;
+        let rooms = [fx.mkdir("mv/a")?, fx.mkdir("mv/b")?];
+        let roamer = (fx.spawn(&rooms[0], &spin)?, rooms);
+        parent(&mut fx, "idle")?;
+        let beds = [fx.mkdir("idle/x")?, fx.mkdir("idle/y")?];
+        let sleeper = (fx.spawn(&beds[0], &Work::default())?, beds);
+        let churn = parent(&mut fx, "churn")?;
+        Ok(Live {
+            fx,
+            wave,
+            roamer,
+            sleeper,
+            churn,
+            disk,
+        })
+    }
+
+    /// Changes the tree every 100 ms until `stop`: cgroups made and removed
+    /// in bursts (0.8 s of every 3 s: the samples between see an unchanged
+    /// tree, decoded in place), memory.high on mem/wave switched every
+    /// 1.5 s, the burner moved every 5 s, the sleeper every 0.7 s.
+    fn stir(&self, stop: &AtomicBool) -> Result<String> {
+        let (mut made, mut removed, mut high, mut moves) = (0, 0, 0, 0);
+        let mut present = BTreeSet::new();
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        let mut tick = 0u64;
+        let move_to =
+            |pid: libc::pid_t, to: &Path| self.fx.set(to, "cgroup.procs", &pid.to_string());
+        while !stop.load(Ordering::Relaxed) {
+            tick += 1;
+            if tick % 30 < 8 {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                let name = format!("c{}", x % 6);
+                let dir = self.churn.join(&name);
+                if present.remove(&name) {
+                    std::fs::remove_dir(&dir)?;
+                    removed += 1;
+                } else {
+                    std::fs::create_dir(&dir)?;
+                    present.insert(name);
+                    made += 1;
+                }
+            }
+            if tick.is_multiple_of(15) {
+                let limit = if high % 2 == 0 { "24M" } else { "max" };
+                self.fx.set(&self.wave, "memory.high", limit)?;
+                high += 1;
+            }
+            if tick.is_multiple_of(50) {
+                move_to(self.roamer.0, &self.roamer.1[(tick / 50 % 2) as usize])?;
+                moves += 1;
+            }
+            if tick.is_multiple_of(7) {
+                move_to(self.sleeper.0, &self.sleeper.1[(tick / 7 % 2) as usize])?;
+                moves += 1;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        Ok(format!(
+            "{made} cgroups made, {removed} removed, memory.high switched {high} times, \
+             {moves} processes moved"
+        ))
+    }
+}
+
+/// Where a value must lie.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    /// Only grows: between the reads before and after.
+    Counter,
+    /// Goes up and down (levels, limits, sets): within what the two reads
+    /// showed.
+    Gauge,
+    /// A pressure average, to the file's two decimals: as a gauge.
+    Average,
+}
+
+fn kind(path: &str) -> Kind {
+    let last = path.rsplit('.').next().unwrap_or(path);
+    if last.starts_with("avg") {
+        return Kind::Average;
+    }
+    let counter = match path.split('.').next().unwrap_or(path) {
+        "cpu_stat" | "memory_events" | "memory_events_local" | "io_stat" => true,
+        "pressure" => last == "total",
+        "memory_stat" | "memory_numa_stat" => ["pg", "workingset_", "thp_"]
+            .iter()
+            .any(|p| last.starts_with(p)),
+        _ => false,
+    };
+    if counter {
+        Kind::Counter
+    } else {
+        Kind::Gauge
+    }
+}
+
+/// The values of `s` in `files`, by dotted path in its JSON; objects are
+/// followed down, anything else (numbers, sets) is one value.
+fn values(s: &CgroupSample, files: FileSet) -> BTreeMap<String, Value> {
+    fn flatten(prefix: String, v: Value, out: &mut BTreeMap<String, Value>) {
+        match v {
+            Value::Object(m) => {
+                for (k, v) in m {
+                    flatten(format!("{prefix}.{k}"), v, out);
+                }
+            }
+            Value::Null => {}
+            v => {
+                out.insert(prefix, v);
+            }
+        }
+    }
+    let Value::Object(mut m) = serde_json::to_value(s).expect("samples serialize") else {
+        unreachable!("a struct serializes to an object")
+    };
+    m.remove("children");
+    let mut out = BTreeMap::new();
+    for (k, v) in m {
+        flatten(k, v, &mut out);
+    }
+    out.retain(|k, _| file_of_value(k).is_some_and(|f| files.contains(f)));
+    out
+}
+
+/// A number as the check compares it: averages in hundredths (the file
+/// prints two decimals), others exactly.
+fn number(v: &Value, kind: Kind) -> Option<i128> {
+    match kind {
+        Kind::Average => v.as_f64().map(|f| (f * 100.0).round() as i128),
+        _ => v
+            .as_u64()
+            .map(i128::from)
+            .or_else(|| v.as_i64().map(i128::from)),
+    }
+}
+
+/// Whether `v` lies where `before` and `after` put it.
+fn fits(kind: Kind, before: &Value, v: &Value, after: &Value) -> bool {
+    match (number(before, kind), number(v, kind), number(after, kind)) {
+        (Some(b), Some(v), Some(a)) => match kind {
+            Kind::Counter => b <= v && v <= a,
+            _ => b.min(a) <= v && v <= b.max(a),
+        },
+        // Sets, strings: one of the two.
+        _ => v == before || v == after,
+    }
+}
+
+#[derive(Clone, Debug)]
+struct Failure {
+    sample: usize,
+    cgroup: String,
+    value_path: String,
+    before: String,
+    value: String,
+    after: String,
+    why: &'static str,
+}
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let cgroup = if self.cgroup.is_empty() {
+            "<root>"
+        } else {
+            &self.cgroup
+        };
+        write!(
+            f,
+            "sample {} {cgroup} {}: before={} value={} after={} ({})",
+            self.sample, self.value_path, self.before, self.value, self.after, self.why
+        )
+    }
+}
+
+#[derive(Default)]
+struct Report {
+    failures: Vec<Failure>,
+    /// Whether the run had a plant on a served file.
+    planted_on: bool,
+}
+
+impl Report {
+    fn passed(&self) -> bool {
+        self.failures.is_empty()
+    }
+}
+
+/// A gauge out of range at this many samples in a row fails. The kernel
+/// flushes memcg stats when enough updates pend (and every 2 s), so three
+/// reads of one sample can show a level at three different flushes, out
+/// and back (seen: memory.stat's kernel at the root while cgroups come and
+/// go).
+const GAUGE_STREAK: usize = 3;
+/// A quiet sample's average that differs from the read after at this many
+/// quiet samples in a row fails: once can be the kernel's 2 s update
+/// falling between the sample and that read.
+const QUIET_STREAK: usize = 2;
+
+/// Values out of range at consecutive rounds (samples, or quiet samples),
+/// by (cgroup, value).
+struct Streaks {
+    need: usize,
+    open: HashMap<(String, String), Vec<Failure>>,
+    next: HashMap<(String, String), Vec<Failure>>,
+    /// The first of each streak that ended short.
+    retried: Vec<Failure>,
+}
+
+impl Streaks {
+    fn new(need: usize) -> Self {
+        Streaks {
+            need,
+            open: HashMap::new(),
+            next: HashMap::new(),
+            retried: Vec::new(),
+        }
+    }
+
+    /// One more out of range: the whole streak once it is long enough.
+    fn hit(&mut self, id: (String, String), f: Failure) -> Option<Vec<Failure>> {
+        let mut streak = self.open.remove(&id).unwrap_or_default();
+        streak.push(f);
+        if streak.len() >= self.need {
+            return Some(streak);
+        }
+        self.next.insert(id, streak);
+        None
+    }
+
+    /// Ends a round: streaks it did not continue were retries.
+    fn end_round(&mut self) {
+        let ended = std::mem::replace(&mut self.open, std::mem::take(&mut self.next));
+        self.retried
+            .extend(ended.into_values().map(|s| s[0].clone()));
+    }
+}
+
+/// The checks of one run and what they counted.
+struct Checker {
+    files: FileSet,
+    per_file: BTreeMap<StatFile, u64>,
+    cgroups: u64,
+    skipped: u64,
+    gauges: Streaks,
+    quiet: Streaks,
+    quiet_checked: u64,
+    report: Report,
+}
+
+/// The text files read around one sample.
+struct Around<'a> {
+    before: &'a BTreeMap<String, &'a CgroupSample>,
+    after: &'a BTreeMap<String, &'a CgroupSample>,
+    /// Quiet sample: its pressure files were read after it only.
+    quiet: bool,
+    sample: usize,
+}
+
+/// cpu.stat's user_usec and system_usec split usage_usec the way the
+/// kernel's cputime_adjust() does at each read, from a state only text
+/// reads move on: the read after can split differently from a read at the
+/// sample would have. Each is still never below the read before, and at
+/// most what the read after's usage leaves beside the other's read before
+/// (+1: each is rounded down to µs apart). None for other values.
+fn split_fits(
+    key: &str,
+    before: &BTreeMap<String, Value>,
+    v: &Value,
+    after: &BTreeMap<String, Value>,
+) -> Option<bool> {
+    let other = match key {
+        "cpu_stat.user_usec" => "cpu_stat.system_usec",
+        "cpu_stat.system_usec" => "cpu_stat.user_usec",
+        _ => return None,
+    };
+    let n = |m: &BTreeMap<String, Value>, k: &str| number(m.get(k)?, Kind::Counter);
+    let (b, v) = (n(before, key)?, number(v, Kind::Counter)?);
+    let (usage, other_b) = (n(after, "cpu_stat.usage_usec")?, n(before, other)?);
+    Some(b <= v && v <= usage - other_b + 1)
+}
+
+impl Checker {
+    fn new(files: FileSet) -> Self {
+        Checker {
+            files,
+            per_file: BTreeMap::new(),
+            cgroups: 0,
+            skipped: 0,
+            gauges: Streaks::new(GAUGE_STREAK),
+            quiet: Streaks::new(QUIET_STREAK),
+            quiet_checked: 0,
+            report: Report::default(),
+        }
+    }
+
+    /// Checks every cgroup of the sample `tree`; returns its paths.
+    fn check_sample(&mut self, tree: &CgroupSample, around: &Around) -> BTreeSet<String> {
+        let mut seen = BTreeSet::new();
+        let mut stack = vec![(String::new(), tree)];
+        while let Some((path, s)) = stack.pop() {
+            for (name, c) in s.children.iter().flatten() {
+                let p = if path.is_empty() {
+                    name.clone()
+                } else {
+                    format!("{path}/{name}")
+                };
+                stack.push((p, c));
+            }
+            self.check_cgroup(&path, s, around);
+            seen.insert(path);
+        }
+        self.gauges.end_round();
+        if around.quiet {
+            self.quiet.end_round();
+        }
+        seen
+    }
+
+    fn check_cgroup(&mut self, path: &str, s: &CgroupSample, around: &Around) {
+        let (Some(b), Some(a)) = (around.before.get(path), around.after.get(path)) else {
+            // Made or removed while sampled.
+            self.skipped += 1;
+            return;
+        };
+        if b.inode_number != a.inode_number {
+            // Removed and made again while sampled.
+            self.skipped += 1;
+            return;
+        }
+        self.cgroups += 1;
+        let fail = |value_path: &str, before: String, value: String, after: String, why| Failure {
+            sample: around.sample,
+            cgroup: path.to_owned(),
+            value_path: value_path.to_owned(),
+            before,
+            value,
+            after,
+            why,
+        };
+        if s.inode_number != b.inode_number {
+            let show = |i: Option<i64>| format!("{i:?}");
+            let f = fail(
+                "inode_number",
+                show(b.inode_number),
+                show(s.inode_number),
+                show(a.inode_number),
+                "another cgroup",
+            );
+            self.report.failures.push(f);
+            return;
+        }
+        let (vb, vs, va) = (
+            values(b, self.files),
+            values(s, self.files),
+            values(a, self.files),
+        );
+        let keys: BTreeSet<&String> = vb.keys().chain(vs.keys()).chain(va.keys()).collect();
+        for key in keys {
+            let file = file_of_value(key).expect("values() keeps served files");
+            let show = |v: Option<&Value>| v.map_or("none".to_owned(), Value::to_string);
+            let (bv, sv, av) = (vb.get(key), vs.get(key), va.get(key));
+            let k = kind(key);
+            let quiet = around.quiet && file.is_pressure();
+            let why = match (bv, sv, av) {
+                (Some(bv), Some(sv), Some(av)) if !quiet => match split_fits(key, &vb, sv, &va) {
+                    Some(true) => None,
+                    Some(false) => Some("outside [before, usage after - other before]"),
+                    None if fits(k, bv, sv, av) => None,
+                    None if k == Kind::Counter => Some("counter outside [before, after]"),
+                    None => Some("outside what the two reads showed"),
+                },
+                // Quiet: totals are counters up to the read after;
+                // averages must be what that read printed.
+                (_, Some(sv), Some(av)) if quiet => {
+                    self.quiet_checked += u64::from(k == Kind::Average);
+                    let ok = match k {
+                        Kind::Average => number(sv, k) == number(av, k),
+                        _ => number(sv, k) <= number(av, k),
+                    };
+                    (!ok).then_some("differs from the read after a quiet pause")
+                }
+                (Some(_), None, Some(_)) => Some("missing"),
+                (None, Some(_), None) => Some("present, the file is not"),
+                // Appeared or went away while sampled.
+                _ => continue,
+            };
+            *self.per_file.entry(file).or_default() += 1;
+            let Some(why) = why else { continue };
+            let f = fail(key, show(bv), show(sv), show(av), why);
+            let id = (path.to_owned(), key.clone());
+            let confirmed = match (k, quiet) {
+                (Kind::Average, true) => self.quiet.hit(id, f),
+                // A gauge can go out and back between the reads.
+                (Kind::Gauge | Kind::Average, false) if bv.is_some() && av.is_some() => {
+                    self.gauges.hit(id, f)
+                }
+                _ => Some(vec![f]),
+            };
+            self.report.failures.extend(confirmed.into_iter().flatten());
+        }
+    }
+}
+
+/// One run: a collector for `samples` (more while a gauge waits for its
+/// confirming sample), the text read around each, every value checked.
+fn run(
+    root: &Path,
+    samples: usize,
+    top: Option<usize>,
+    backend: BackendChoice,
+    plant: Option<Plant>,
+) -> Result<Report> {
+    let label = match (top, plant) {
+        (_, Some(p)) => format!("plant {p:?}"),
+        (Some(n), None) => format!("--cgroup-top {n}"),
+        (None, None) => "no top".to_owned(),
+    };
+    let mut opts = options(root, backend);
+    opts.collect_io_stat = true;
+    opts.top = top.map(|n| TopN {
+        n,
+        by: TopBy::Cpu,
+        keep: None,
+    });
+    let mut c = CgroupCollector::new(&opts)?;
+    let files = served(&c, kind_of(backend));
+    if files.is_empty() {
+        bail!("backend {backend} serves no file here:\n{}", c.plan());
+    }
+    println!("parity[{label}]: {} serves {files:?}", kind_of(backend));
+    let pressure: FileSet = StatFile::ALL
+        .iter()
+        .copied()
+        .filter(|f| f.is_pressure())
+        .collect();
+    let quiet_files = files.intersection(pressure);
+    let mut walker = bpf_stats::read::Walker::new(root, None)?;
+    let mut tree = Tree::default();
+    let mut ck = Checker::new(files);
+    let mut planted = Planted::default();
+    let (mut taken, mut quiet_samples, mut unchanged, mut dropped) = (0, 0, 0, 0);
+    let mut prev_paths = BTreeSet::new();
+    let mut notes = BTreeMap::new();
+    let t0 = Instant::now();
+    while taken < samples || (!ck.gauges.open.is_empty() && taken < samples + GAUGE_STREAK) {
+        taken += 1;
+        let quiet = taken.is_multiple_of(QUIET) && !quiet_files.is_empty();
+        if quiet {
+            quiet_samples += 1;
+            std::thread::sleep(QUIET_PAUSE);
+        }
+        let before = walker.walk(if quiet {
+            files.difference(quiet_files)
+        } else {
+            files
+        });
+        let snap = c.collect_into(&mut tree);
+        let mut sample = tree.take();
+        // Pressure first: the shorter after a quiet sample, the less
+        // likely the kernel's 2 s update falls in between.
+        let after_p = walker.walk(quiet_files);
+        let after = walker.walk(files.difference(quiet_files));
+        let after = merge(&after_p, &after);
+        if let Some(p) = plant {
+            ck.report.planted_on |= files.contains(p.file());
+            planted.apply(p, &mut sample, String::new());
+        }
+        dropped += snap.dropped;
+        let before = by_path(&before);
+        report_errors(&snap, &after, taken, &mut ck.report, &mut notes);
+        let after: BTreeMap<String, &CgroupSample> =
+            after.iter().map(|(k, v)| (k.clone(), v)).collect();
+        let around = Around {
+            before: &before,
+            after: &after,
+            quiet,
+            sample: taken,
+        };
+        let paths = ck.check_sample(&sample, &around);
+        unchanged += usize::from(paths == prev_paths);
+        prev_paths = paths;
+        tree.give_back(sample);
+    }
+    let wall = t0.elapsed();
+    println!(
+        "parity[{label}]: {taken} samples ({quiet_samples} after a quiet pause, {unchanged} over an \
+         unchanged tree) in {wall:.1?}; {} cgroup checks, {} skipped (made, removed or remade \
+         while sampled){}",
+        ck.cgroups,
+        ck.skipped,
+        if top.is_some() {
+            format!("; top-N left out {dropped} cgroup samples")
+        } else {
+            String::new()
+        }
+    );
+    for (n, times) in &notes {
+        println!("  note ({times} samples): {n}");
+    }
+    let counts: Vec<String> = ck
+        .per_file
+        .iter()
+        .map(|(f, n)| format!("{f} {n}"))
+        .collect();
+    println!("  values checked per file: {}", counts.join(", "));
+    println!(
+        "  retried: {} gauges/averages out of range at fewer than {GAUGE_STREAK} samples in a row",
+        ck.gauges.retried.len()
+    );
+    for f in ck.gauges.retried.iter().take(5) {
+        println!("    retry: {f}");
+    }
+    if !quiet_files.is_empty() {
+        println!(
+            "  quiet: {} averages checked against the read after; {} differed at fewer than \
+             {QUIET_STREAK} quiet samples in a row, {} at the last one (unconfirmed)",
+            ck.quiet_checked,
+            ck.quiet.retried.len(),
+            ck.quiet.open.len()
+        );
+        let open = ck.quiet.open.values().map(|s| &s[0]);
+        for f in ck.quiet.retried.iter().chain(open).take(5) {
+            println!("    quiet retry: {f}");
+        }
+    }
+    for f in ck.report.failures.iter().take(40) {
+        println!("  FAIL {f}");
+    }
+    if ck.report.failures.len() > 40 {
+        println!("  ... {} failures in all", ck.report.failures.len());
+    }
+    if ck.cgroups < taken as u64 * 5 {
+        bail!("parity[{label}]: only {} cgroups checked", ck.cgroups);
+    }
+    println!(
+        "parity[{label}]: {}",
+        if ck.report.passed() { "PASS" } else { "FAIL" }
+    );
+    Ok(ck.report)
+}
+
+/// Two walks of the same tree as one map by path (the first's values
+/// first; the second fills what it lacks).
+fn merge(a: &Snapshot, b: &Snapshot) -> BTreeMap<String, CgroupSample> {
+    let mut out: BTreeMap<String, CgroupSample> = by_path(a)
+        .into_iter()
+        .map(|(k, v)| (k, v.clone()))
+        .collect();
+    for (k, v) in by_path(b) {
+        let Some(o) = out.get_mut(&k) else { continue };
+        if o.inode_number != v.inode_number {
+            // Remade between the two walks.
+            out.remove(&k);
+            continue;
+        }
+        let pressure = o.pressure.take();
+        *o = v.clone();
+        o.pressure = pressure.or_else(|| v.pressure.clone());
+    }
+    // Only in the first walk: gone before the second.
+    let second = by_path(b);
+    out.retain(|k, _| second.contains_key(k));
+    out
+}
+
+/// A sample's file errors fail the run, unless the cgroup was gone by the
+/// read after; its notes (a backend falling back) are counted.
+fn report_errors(
+    snap: &Snapshot,
+    after: &BTreeMap<String, CgroupSample>,
+    sample: usize,
+    report: &mut Report,
+    notes: &mut BTreeMap<String, usize>,
+) {
+    for n in &snap.notes {
+        *notes.entry(n.clone()).or_default() += 1;
+    }
+    for e in snap.errors.iter().filter(|e| after.contains_key(&e.cgroup)) {
+        report.failures.push(Failure {
+            sample,
+            cgroup: e.cgroup.clone(),
+            value_path: e.file.to_string(),
+            before: String::new(),
+            value: e.error.clone(),
+            after: String::new(),
+            why: "file error",
+        });
+    }
+}
+
+/// What a plant keeps from each cgroup's first sample.
+#[derive(Default)]
+struct Planted {
+    first: HashMap<String, CgroupSample>,
+}
+
+impl Planted {
+    fn apply(&mut self, plant: Plant, s: &mut CgroupSample, path: String) {
+        let first = self
+            .first
+            .entry(path.clone())
+            .or_insert_with(|| CgroupSample {
+                pressure: s.pressure.clone(),
+                cpu_stat: s.cpu_stat.clone(),
+                ..CgroupSample::default()
+            });
+        match plant {
+            Plant::Swap => {
+                if let Some(m) = s.memory_stat.as_mut() {
+                    std::mem::swap(&mut m.anon, &mut m.file);
+                }
+            }
+            Plant::Freeze => {
+                if let (Some(p), Some(f)) = (s.pressure.as_mut(), first.pressure.as_ref()) {
+                    freeze_averages(p, f);
+                }
+            }
+            Plant::Stale => {
+                if s.cpu_stat.is_some() && first.cpu_stat.is_some() {
+                    s.cpu_stat = first.cpu_stat.clone();
+                }
+            }
+        }
+        for (name, c) in s.children.iter_mut().flatten() {
+            let p = if path.is_empty() {
+                name.clone()
+            } else {
+                format!("{path}/{name}")
+            };
+            self.apply(plant, c, p);
+        }
+    }
+}
+
+fn freeze_averages(p: &mut Pressure, first: &Pressure) {
+    let keep = |to: &mut PressureMetrics, from: &PressureMetrics| {
+        to.avg10 = from.avg10;
+        to.avg60 = from.avg60;
+        to.avg300 = from.avg300;
+    };
+    keep(&mut p.cpu.some, &first.cpu.some);
+    if let (Some(to), Some(from)) = (p.cpu.full.as_mut(), first.cpu.full.as_ref()) {
+        keep(to, from);
+    }
+    keep(&mut p.io.some, &first.io.some);
+    keep(&mut p.io.full, &first.io.full);
+    keep(&mut p.memory.some, &first.memory.some);
+    keep(&mut p.memory.full, &first.memory.full);
+}
+
+#[cfg(test)]
+mod test {
+    use super::*;
+
+    #[test]
+    fn kinds() {
+        assert_eq!(kind("cpu_stat.usage_usec"), Kind::Counter);
+        assert_eq!(kind("memory_stat.pgfault"), Kind::Counter);
+        assert_eq!(kind("memory_stat.anon"), Kind::Gauge);
+        assert_eq!(
+            kind("memory_numa_stat.0.workingset_refault_anon"),
+            Kind::Counter
+        );
+        assert_eq!(kind("pressure.io.full.total"), Kind::Counter);
+        assert_eq!(kind("pressure.cpu.some.avg60"), Kind::Average);
+        assert_eq!(kind("cgroup_stat.nr_descendants"), Kind::Gauge);
+    }
+
+    #[test]
+    fn fits_by_kind() {
+        let n = |x: f64| serde_json::json!(x);
+        let (b, a) = (serde_json::json!(10u64), serde_json::json!(20u64));
+        assert!(fits(Kind::Counter, &b, &serde_json::json!(15u64), &a));
+        assert!(!fits(Kind::Counter, &b, &serde_json::json!(21u64), &a));
+        // A counter that the reads show going down fits nothing.
+        assert!(!fits(Kind::Counter, &a, &serde_json::json!(15u64), &b));
+        assert!(fits(Kind::Gauge, &a, &serde_json::json!(15u64), &b));
+        assert!(fits(Kind::Average, &n(1.25), &n(1.2500001), &n(1.30)));
+        assert!(!fits(Kind::Average, &n(1.25), &n(1.31), &n(1.30)));
+        let (x, y) = (serde_json::json!([0, 1]), serde_json::json!([1]));
+        assert!(fits(Kind::Gauge, &x, &y, &y));
+        assert!(!fits(Kind::Gauge, &x, &serde_json::json!([2]), &y));
+    }
+
+    #[test]
+    fn values_by_file() {
+        let s = CgroupSample {
+            memory_current: Some(5),
+            tids_current: Some(2),
+            ..CgroupSample::default()
+        };
+        let only: FileSet = [StatFile::MemoryCurrent].into_iter().collect();
+        let v = values(&s, only);
+        assert_eq!(v.keys().collect::<Vec<_>>(), ["memory_current"]);
+        assert_eq!(
+            file_of_value("pressure.io.some.avg10"),
+            Some(StatFile::IoPressure)
+        );
+        assert_eq!(
+            file_of_value("memory_events_local.high"),
+            Some(StatFile::MemoryEventsLocal)
+        );
+    }
+}
