@@ -1,11 +1,14 @@
 #!/bin/sh
-# Runs inside a tests/vm guest (busybox sh). Usage: guest-checks.sh full|compare|fallback
+# Runs inside a tests/vm guest (busybox sh). Usage: guest-checks.sh full|compare|fallback|parity
 # full:     7.3 guest (memcg kfuncs): plan, compare, churn, syscalls, bench.
 # compare:  another kernel with memcg kfuncs: memory.stat, cpu.stat and the
 #           pressure files served by BPF (the plan, checked by bstats-check),
 #           what BPF serves equals text.
 # fallback: kernel without memcg kfuncs: auto and forced bpf fall back per
 #           file with the reason; what BPF serves equals text.
+# parity:   live tree: every value BPF serves lies where the text read just
+#           before and after each sample puts it, without and with top-N;
+#           each planted error must be caught.
 set -u
 B=/bstats-check
 fail=0
@@ -36,6 +39,12 @@ fallback)
     --read "memory.stat=bpf: kernel lacks kfunc bpf_mem_cgroup_page_state"
   # What BPF does serve here must equal the text.
   check compare $B compare 60
+  ;;
+parity)
+  check parity $B parity 12 --top 5 --plant swap --plant freeze --plant stale
+  ;;
+*)
+  echo "unknown stage $1"; fail=1
   ;;
 esac
 exit $fail

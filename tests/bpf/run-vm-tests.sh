@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Usage: tests/bpf/run-vm-tests.sh [STAGE[:KERNEL]]...
-#   (default: host full facts compare:debian-7.2 fallback:debian-6.12 fallback:debian-6.1)
+#   (default: host full facts compare:debian-7.2 fallback:debian-6.12 fallback:debian-6.1 parity)
 # Runs the acceptance driver bstats-check (below/testkit) in QEMU guests
 # through tests/vm/run.sh (KERNEL: a tests/vm/kernel.sh name):
 #   full      (debian-7.3) bpf plan, frozen-tree bpf==read compare,
@@ -12,12 +12,16 @@
 #   facts     (debian-7.3) bpf_stats' unit tests that load the program with
 #             each kernel fact taken out of a copy of the kernel's BTF, and
 #             the numa_stat layout ones, on a kernel with the memcg kfuncs
+#   parity    (debian-7.3, with a scratch disk) live parity: cgroups changing
+#             while sampled, every value BPF serves between the text read
+#             before and after, without and with top-N; planted errors must
+#             be caught
 #   host      the same fallback check on this host (cargo test, needs root)
 # Fails (non-zero) when any check fails. Logs: tests/vm's cache logs dir.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 stages=("$@")
-[ ${#stages[@]} -gt 0 ] || stages=(host full facts compare:debian-7.2 fallback:debian-6.12 fallback:debian-6.1)
+[ ${#stages[@]} -gt 0 ] || stages=(host full facts compare:debian-7.2 fallback:debian-6.12 fallback:debian-6.1 parity)
 
 host() {
   (cd "$REPO_ROOT" && cargo test -q --locked -p bpf_stats --test host_fallback -- --nocapture)
@@ -25,7 +29,10 @@ host() {
 
 # guest KERNEL STAGE
 guest() {
-  "$REPO_ROOT/tests/vm/run.sh" --kernel "$1" --timeout 1500 \
+  local disk=()
+  # parity: io.pressure (and io.stat) move with IO on a scratch disk.
+  [ "$2" != parity ] || disk=(--disk 64M)
+  "$REPO_ROOT/tests/vm/run.sh" --kernel "$1" --timeout 1500 "${disk[@]}" \
     --add "$CHECK_BIN:/bstats-check" --add "$REPO_ROOT/tests/bpf/guest-checks.sh:/guest-checks.sh" \
     -- sh /guest-checks.sh "$2"
 }
@@ -45,7 +52,7 @@ facts() {
 kernel_of() {
   case "$1" in
     *:*) echo "${1#*:}" ;;
-    full|facts) echo debian-7.3 ;;
+    full|facts|parity) echo debian-7.3 ;;
     compare) echo debian-7.2 ;;
     fallback) echo debian-6.1 ;;
   esac
@@ -53,7 +60,7 @@ kernel_of() {
 
 for s in "${stages[@]}"; do
   case "${s%%:*}" in
-    host|full|facts|compare|fallback) ;;
+    host|full|facts|compare|fallback|parity) ;;
     *) die "unknown stage $s" ;;
   esac
 done

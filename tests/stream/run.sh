@@ -4,8 +4,8 @@
 # and hung-task checking on), then our stream backend end to end: in the
 # patched guest, stream values equal plain read on frozen cgroups and
 # `below record --cgroup-backend stream` records a store that replays (on
-# the host, in tmux); in the stock 7.3 guest, forcing stream fails with the
-# reason.
+# the host, in tmux), and live parity holds for what streams serve; in the
+# stock 7.3 guest, forcing stream fails with the reason.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 here=$REPO_ROOT/tests/stream
@@ -42,6 +42,14 @@ replay() {
   grep -q "stream-t" <<<"$screen" || { log "replay does not show stream-t:"; echo "$screen"; return 1; }
 }
 
+# Live parity: every value the stream files serve lies between the plain
+# reads just before and after each sample (pressure is not streamed: no
+# freeze plant).
+stream_parity() {
+  "$vm/run.sh" --kernel "$kernel" --timeout 900 --disk 64M --add "$CHECK_BIN:/bstats-check" -- \
+    /bstats-check parity 12 --top 5 --backend stream --plant swap --plant stale
+}
+
 unavailable_on_stock() {
   "$vm/run.sh" --kernel debian-7.3 --timeout 120 --add "$BELOW_BIN:/below" -- \
     sh -c '! /below --cgroup-backend stream record --count 1 2>/tmp/err; cat /tmp/err; grep -q "no stream files" /tmp/err'
@@ -51,5 +59,6 @@ check "build" build_release
 check "kselftest + dmesg ($kernel)" kselftest
 check "patched guest: stream == read, record" compare_and_record
 check "host: replay the guest's store" replay
+check "patched guest: stream live parity" stream_parity
 check "stock 7.3 guest: --cgroup-backend stream is unavailable" unavailable_on_stock
 tally_summary

@@ -140,7 +140,7 @@ fn runs(
     }
     for &plant in plants {
         let name = format!("plant {plant:?}");
-        let report = run(root, samples.min(8), None, backend, Some(plant))?;
+        let report = run(root, samples.min(6), None, backend, Some(plant))?;
         if !report.planted_on {
             println!(
                 "parity: {name}: {} is not served here; not run",
