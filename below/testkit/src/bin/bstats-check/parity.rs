@@ -436,12 +436,88 @@ impl Report {
     }
 }
 
-/// A gauge out of range at this many samples in a row fails. The kernel
-/// flushes memcg stats when enough updates pend (and every 2 s), so three
-/// reads of one sample can show a level at three different flushes, out
-/// and back (seen: memory.stat's kernel at the root while cgroups come and
-/// go).
-const GAUGE_STREAK: usize = 3;
+/// The text reads of one cgroup around a sample: its id, before, after.
+type Reads = (
+    Option<i64>,
+    BTreeMap<String, Value>,
+    BTreeMap<String, Value>,
+);
+
+/// A gauge (or average) outside [before, after] is checked again within
+/// the reads of the samples either side too, and fails only outside
+/// those. The kernel flushes memcg stats when enough updates pend (and
+/// every 2 s), so the three reads of one sample can each show a level at
+/// a different flush, out and back (seen: memory.stat's kernel at the root
+/// while cgroups come and go). A swapped or frozen value stays outside.
+#[derive(Default)]
+struct Widen {
+    /// Each cgroup's reads at the last sample, and at this one.
+    last: HashMap<String, Reads>,
+    this: HashMap<String, Reads>,
+    /// Out of range at the last sample, waiting for this one's reads:
+    /// the values read so far, the sample's value.
+    open: HashMap<(String, String), (Vec<Value>, Value, Failure)>,
+    next: HashMap<(String, String), (Vec<Value>, Value, Failure)>,
+    /// Within the wider range.
+    retried: Vec<Failure>,
+}
+
+impl Widen {
+    /// A cgroup's reads this sample; what waited for them is decided.
+    fn reads(&mut self, path: &str, reads: Reads, failures: &mut Vec<Failure>) {
+        let waiting: Vec<(String, String)> = self
+            .open
+            .keys()
+            .filter(|(p, _)| p == path)
+            .cloned()
+            .collect();
+        for id in waiting {
+            let (mut seen, v, f) = self.open.remove(&id).expect("a key just listed");
+            seen.extend(reads.1.get(&id.1).cloned());
+            seen.extend(reads.2.get(&id.1).cloned());
+            if fits_among(kind(&id.1), &seen, &v) {
+                self.retried.push(f);
+            } else {
+                failures.push(f);
+            }
+        }
+        self.this.insert(path.to_owned(), reads);
+    }
+
+    /// Outside [before, after] (`seen`) at this sample.
+    fn out(
+        &mut self,
+        id: (String, String),
+        ino: Option<i64>,
+        mut seen: Vec<Value>,
+        v: Value,
+        f: Failure,
+    ) {
+        if let Some((_, b, a)) = self.last.get(&id.0).filter(|r| r.0 == ino) {
+            seen.extend(b.get(&id.1).cloned());
+            seen.extend(a.get(&id.1).cloned());
+        }
+        self.next.insert(id, (seen, v, f));
+    }
+
+    fn end_round(&mut self) {
+        // Not read again (removed): not confirmed.
+        let gone = std::mem::replace(&mut self.open, std::mem::take(&mut self.next));
+        self.retried.extend(gone.into_values().map(|(_, _, f)| f));
+        self.last = std::mem::take(&mut self.this);
+    }
+}
+
+/// Whether `v` lies within the values `seen` (numbers), or is one of them.
+fn fits_among(kind: Kind, seen: &[Value], v: &Value) -> bool {
+    let nums: Option<Vec<i128>> = seen.iter().map(|x| number(x, kind)).collect();
+    match (nums, number(v, kind)) {
+        (Some(ns), Some(v)) if !ns.is_empty() => {
+            ns.iter().min().is_some_and(|lo| *lo <= v) && ns.iter().max().is_some_and(|hi| v <= *hi)
+        }
+        _ => seen.contains(v),
+    }
+}
 /// A quiet sample's average that differs from the read after at this many
 /// quiet samples in a row fails: once can be the kernel's 2 s update
 /// falling between the sample and that read.
@@ -499,7 +575,7 @@ struct Checker {
     per_file: BTreeMap<StatFile, u64>,
     cgroups: u64,
     skipped: u64,
-    gauges: Streaks,
+    gauges: Widen,
     quiet: Streaks,
     quiet_checked: u64,
     report: Report,
@@ -545,7 +621,7 @@ impl Checker {
             per_file: BTreeMap::new(),
             cgroups: 0,
             skipped: 0,
-            gauges: Streaks::new(GAUGE_STREAK),
+            gauges: Widen::default(),
             quiet: Streaks::new(QUIET_STREAK),
             quiet_checked: 0,
             report: Report::default(),
@@ -613,6 +689,11 @@ impl Checker {
             values(s, self.files),
             values(a, self.files),
         );
+        self.gauges.reads(
+            path,
+            (a.inode_number, vb.clone(), va.clone()),
+            &mut self.report.failures,
+        );
         let keys: BTreeSet<&String> = vb.keys().chain(vs.keys()).chain(va.keys()).collect();
         for key in keys {
             let file = file_of_value(key).expect("values() keeps served files");
@@ -651,11 +732,13 @@ impl Checker {
             let Some(why) = why else { continue };
             let f = fail(key, show(bv), show(sv), show(av), why);
             let id = (path.to_owned(), key.clone());
-            let confirmed = match (k, quiet) {
-                (Kind::Average, true) => self.quiet.hit(id, f),
+            let confirmed = match (k, quiet, bv, sv, av) {
+                (Kind::Average, true, ..) => self.quiet.hit(id, f),
                 // A gauge can go out and back between the reads.
-                (Kind::Gauge | Kind::Average, false) if bv.is_some() && av.is_some() => {
-                    self.gauges.hit(id, f)
+                (Kind::Gauge | Kind::Average, false, Some(bv), Some(sv), Some(av)) => {
+                    let seen = vec![bv.clone(), av.clone()];
+                    self.gauges.out(id, a.inode_number, seen, sv.clone(), f);
+                    None
                 }
                 _ => Some(vec![f]),
             };
@@ -716,7 +799,7 @@ fn run(
     let mut used = HashMap::new();
     let mut notes = BTreeMap::new();
     let t0 = Instant::now();
-    while taken < samples || (!ck.gauges.open.is_empty() && taken < samples + GAUGE_STREAK) {
+    while taken < samples || (!ck.gauges.open.is_empty() && taken == samples) {
         taken += 1;
         let quiet = taken.is_multiple_of(QUIET) && !quiet_files.is_empty();
         if quiet {
@@ -789,7 +872,7 @@ fn run(
         .collect();
     println!("  values checked per file: {}", counts.join(", "));
     println!(
-        "  retried: {} gauges/averages out of range at fewer than {GAUGE_STREAK} samples in a row",
+        "  retried: {} gauges/averages outside [before, after], within the reads of the samples either side",
         ck.gauges.retried.len()
     );
     for f in ck.gauges.retried.iter().take(5) {
@@ -965,6 +1048,16 @@ mod test {
         let (x, y) = (serde_json::json!([0, 1]), serde_json::json!([1]));
         assert!(fits(Kind::Gauge, &x, &y, &y));
         assert!(!fits(Kind::Gauge, &x, &serde_json::json!([2]), &y));
+    }
+
+    #[test]
+    fn widened_range() {
+        let seen = [serde_json::json!(5u64), serde_json::json!(9u64)];
+        assert!(fits_among(Kind::Gauge, &seen, &serde_json::json!(7u64)));
+        assert!(!fits_among(Kind::Gauge, &seen, &serde_json::json!(10u64)));
+        let sets = [serde_json::json!([0]), serde_json::json!([0, 1])];
+        assert!(fits_among(Kind::Gauge, &sets, &serde_json::json!([0, 1])));
+        assert!(!fits_among(Kind::Gauge, &sets, &serde_json::json!([1])));
     }
 
     #[test]
