@@ -5,7 +5,9 @@
 //! keeps (as `record` does); the text files are read just before and just
 //! after every sample, and every value the backend serves must lie where
 //! they put it: a counter between the two reads, a gauge or a pressure
-//! average within what the two showed.
+//! average within what the two showed (see [`split_fits`],
+//! [`GAUGE_STREAK`] and [`QUIET_STREAK`] for where the kernel itself
+//! allows more). Planted errors ([`Plant`]) show the check fails.
 
 use std::collections::BTreeMap;
 use std::collections::BTreeSet;
