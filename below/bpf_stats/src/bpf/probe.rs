@@ -120,25 +120,38 @@ pub(crate) fn probe(root_fd: BorrowedFd, filter: Option<Regex>) -> Probe {
     if features & FEAT_CPU_FLUSH == 0 {
         gap(StatFile::CpuStat, "kernel lacks kfunc css_rstat_flush");
     }
-    if features & FEAT_PSI == 0 {
-        for f in [
-            StatFile::CpuPressure,
-            StatFile::IoPressure,
-            StatFile::MemoryPressure,
-        ] {
-            gap(f, "kernel has no cgroup PSI (CONFIG_PSI) or an unknown psi_group layout");
+    let pressure = [
+        StatFile::CpuPressure,
+        StatFile::IoPressure,
+        StatFile::MemoryPressure,
+    ];
+    let psi_gap = if features & FEAT_PSI == 0 {
+        Some("kernel has no cgroup PSI (CONFIG_PSI) or an unknown psi_group layout")
+    } else if features & FEAT_PSI_CLOCK == 0 {
+        // Without the clock an idle group's averages stay where they
+        // were when it went idle: no stale values, text instead.
+        Some(
+            "cannot bring the averages to the sample's moment: kernel symbols psi_period, \
+             runqueues, __per_cpu_offset or the sched_clock state not in kallsyms \
+             (CONFIG_KALLSYMS_ALL), or HZ does not divide 10^6",
+        )
+    } else {
+        None
+    };
+    for f in pressure {
+        if let Some(why) = psi_gap {
+            gap(f, why);
         }
     }
     // Notes on files BPF serves except at the root.
     reasons.push((StatFile::CpuStat, "root cgroup: text".to_owned()));
-    for f in [
-        StatFile::CpuPressure,
-        StatFile::IoPressure,
-        StatFile::MemoryPressure,
-    ] {
+    for f in pressure {
         reasons.push((
             f,
-            "root cgroup: text; averages as of the kernel's last update (<= 2 s)".to_owned(),
+            "root cgroup: text; as a read of the file at the pass would print them: totals \
+             with the per-CPU buckets, averages decayed or updated to the pass's \
+             sched_clock (the sampling CPU's scheduler clock, at most a tick old)"
+                .to_owned(),
         ));
     }
     Probe {
