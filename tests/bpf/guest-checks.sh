@@ -1,8 +1,10 @@
 #!/bin/sh
-# Runs inside a tests/vm guest (busybox sh). Usage: guest-checks.sh full|fallback
+# Runs inside a tests/vm guest (busybox sh). Usage: guest-checks.sh full|fallback|psi
 # full:     7.3 guest (memcg kfuncs): plan, compare, churn, syscalls, bench.
 # fallback: kernel without memcg kfuncs: auto falls back per file with the
 #           reason, forcing bpf fails with it; what BPF serves equals text.
+# psi:      pressure under memory.high and 40 s idle after: what auto
+#           samples (BPF) equals the file read right after.
 set -u
 B=/bstats-check
 fail=0
@@ -39,6 +41,9 @@ fallback)
   fi
   # What BPF does serve here must equal the text.
   check compare $B compare 60
+  ;;
+psi)
+  check psi-idle $B psi-idle --pressure 12 --idle 40
   ;;
 esac
 exit $fail
