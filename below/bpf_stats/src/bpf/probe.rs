@@ -143,16 +143,32 @@ pub(crate) fn probe(root_fd: BorrowedFd, filter: Option<Regex>) -> Probe {
             gap(f, why);
         }
     }
-    // Notes on files BPF serves except at the root.
-    reasons.push((StatFile::CpuStat, "root cgroup: text".to_owned()));
+    // How fresh what BPF serves is (the plan shows it as the reason).
+    reasons.push((
+        StatFile::CpuStat,
+        "flushed once per pass at the walk root, as a read flushes; root cgroup: text".to_owned(),
+    ));
+    for f in [StatFile::MemoryStat, StatFile::MemoryNumaStat] {
+        reasons.push((
+            f,
+            "flushed once per pass at the walk root with the flush a read does (rate-limited: \
+             up to ~2 s old, as the text)"
+                .to_owned(),
+        ));
+    }
     for f in pressure {
         reasons.push((
             f,
-            "root cgroup: text; as a read of the file at the pass would print them: totals \
-             with the per-CPU buckets, averages decayed or updated to the pass's \
-             sched_clock (the sampling CPU's scheduler clock, at most a tick old)"
+            "as a read of the file at the pass would print them: totals with the per-CPU \
+             buckets, averages decayed or updated to the pass's sched_clock (the sampling \
+             CPU's scheduler clock, at most a tick old); root cgroup: text"
                 .to_owned(),
         ));
+    }
+    for &f in StatFile::ALL {
+        if !reasons.iter().any(|(g, _)| *g == f) {
+            reasons.push((f, "read at the pass".to_owned()));
+        }
     }
     Probe {
         capability: Ok(Support { files, reasons }),
