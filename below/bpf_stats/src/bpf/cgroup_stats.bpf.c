@@ -251,6 +251,7 @@ __u64 psi_now;
 __u64 psi_cpu_now;
 __u64 psi_period_ns;
 __u64 psi_tick_ns;
+__u32 psi_no_clock;
 
 static __always_inline __u64 per_cpu_offset(__u32 cpu)
 {
@@ -266,8 +267,9 @@ static __always_inline __u64 per_cpu_offset(__u32 cpu)
  * stable, else the last tick's sched_clock() plus the ktime since (the
  * kernel's own pair); on arches without an unstable sched clock the two
  * are one. Nothing here when a symbol is missing or HZ does not divide
- * a second evenly (jiffies would not be exact): FEAT_PSI_CLOCK stays off. */
-static __always_inline bool psi_clock(void)
+ * 10^6 (jiffies would not be exact): FEAT_PSI_CLOCK stays off, and
+ * `psi_no_clock` says why. */
+static __always_inline __u32 psi_clock(void)
 {
 	__u64 off = per_cpu_offset(bpf_get_smp_processor_id()), stable = 0, v = 0;
 	struct sched_clock_data *scd;
@@ -275,22 +277,22 @@ static __always_inline bool psi_clock(void)
 	psi_now = psi_cpu_now = psi_period_ns = psi_tick_ns = 0;
 	if (!bpf_ksym_exists(&psi_period) || !bpf_ksym_exists(&runqueues) ||
 	    !bpf_ksym_exists(&__per_cpu_offset))
-		return false;
+		return PSI_NO_SYMBOLS;
 	bpf_probe_read_kernel(&psi_period_ns, sizeof(psi_period_ns), &psi_period);
 	/* psi_period = jiffies_to_nsecs(2 * HZ + 1) = 2 s + one jiffy when
 	 * HZ divides 10^6; nsecs_to_jiffies() is then a division by it. */
 	psi_tick_ns = psi_period_ns - 2000000000ULL;
 	if (psi_period_ns <= 2000000000ULL || 1000000000ULL % psi_tick_ns ||
 	    1000000ULL % (1000000000ULL / psi_tick_ns))
-		return false;
+		return PSI_ODD_HZ;
 	bpf_probe_read_kernel(&psi_cpu_now, sizeof(psi_cpu_now),
 			      (void *)&runqueues + off + bpf_core_field_offset(struct rq, clock));
 	if (!bpf_ksym_exists(&__sched_clock_offset)) {
 		psi_now = psi_cpu_now;
-		return psi_now != 0;
+		return psi_now ? 0 : PSI_NO_RQ_CLOCK;
 	}
 	if (!bpf_ksym_exists(&__sched_clock_stable) || !bpf_ksym_exists(&sched_clock_data))
-		return false;
+		return PSI_NO_SYMBOLS;
 	bpf_probe_read_kernel(&stable, sizeof(int), &__sched_clock_stable);
 	if ((int)stable > 0) {
 		bpf_probe_read_kernel(&v, sizeof(v), &__sched_clock_offset);
@@ -300,7 +302,7 @@ static __always_inline bool psi_clock(void)
 		psi_now = BPF_CORE_READ(scd, tick_raw) + bpf_ktime_get_ns() -
 			  BPF_CORE_READ(scd, tick_gtod);
 	}
-	return psi_cpu_now != 0;
+	return psi_cpu_now ? 0 : PSI_NO_RQ_CLOCK;
 }
 
 /* What collect_percpu_times() sums over the CPUs before a read of the
@@ -637,7 +639,9 @@ static __always_inline void flush_at_walk_root(struct cgroup *cgrp)
 	if (bpf_core_field_exists(cgrp->psi) && PSI_SHAPE_KNOWN(psi_group, total) &&
 	    PSI_SHAPE_KNOWN(psi_group, avg)) {
 		feat |= FEAT_PSI;
-		if (PSI_SHAPE_KNOWN(psi_group_cpu, times_prev) && psi_clock())
+		psi_no_clock = PSI_SHAPE_KNOWN(psi_group_cpu, times_prev) ? psi_clock()
+									  : PSI_CPU_LAYOUT;
+		if (!psi_no_clock)
 			feat |= FEAT_PSI_CLOCK;
 	}
 	/* Per-node stats need the memcg flush above. */

@@ -67,6 +67,14 @@ BITS(HAS_FLAGS, has);
 	X(FEAT_NUMA)
 BITS(FEAT_FLAGS, feat);
 
+/* Why a pass has no clock for pressure (global `psi_no_clock`, 0 when it
+ * has one): kernel symbols missing from kallsyms, HZ not dividing 10^6, a
+ * zero rq->clock, an unknown psi_group_cpu layout. */
+#define PSI_NO_SYMBOLS 1
+#define PSI_ODD_HZ 2
+#define PSI_NO_RQ_CLOCK 3
+#define PSI_CPU_LAYOUT 4
+
 /* Kfuncs user space found in the running kernel's BTF (rodata `kfuncs`):
  * bpf_ksym_exists() on a kfunc needs 6.3+, so the check is done there. */
 #define KF_FLAGS(X)                                                           \

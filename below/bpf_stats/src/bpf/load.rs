@@ -265,6 +265,7 @@ impl Loaded {
                 now: bss.psi_now,
                 period: bss.psi_period_ns,
             }),
+            psi_no_clock: bss.psi_no_clock as usize,
         })
     }
 
@@ -324,4 +325,6 @@ pub(crate) struct Pass {
     pub(crate) moved: bool,
     /// The clocks pressure averages are brought to (FEAT_PSI_CLOCK).
     pub(crate) psi_clock: Option<PsiClock>,
+    /// Why there is none (PSI_*).
+    pub(crate) psi_no_clock: usize,
 }

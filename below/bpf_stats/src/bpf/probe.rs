@@ -40,8 +40,8 @@ pub(crate) fn probe(root_fd: BorrowedFd, filter: Option<Regex>) -> Probe {
         Ok(l) => l,
         Err(e) => return fail(format!("cannot load the cgroup iterator: {e:#}")),
     };
-    let features = match loaded.run(PASS_FULL, 0) {
-        Ok(pass) => pass.features,
+    let (features, psi_no_clock) = match loaded.run(PASS_FULL, 0) {
+        Ok(pass) => (pass.features, pass.psi_no_clock),
         Err(e) => return fail(format!("the cgroup iterator failed: {e:#}")),
     };
 
@@ -126,20 +126,29 @@ pub(crate) fn probe(root_fd: BorrowedFd, filter: Option<Regex>) -> Probe {
         StatFile::MemoryPressure,
     ];
     let psi_gap = if features & FEAT_PSI == 0 {
-        Some("kernel has no cgroup PSI (CONFIG_PSI) or an unknown psi_group layout")
+        Some("kernel has no cgroup PSI (CONFIG_PSI) or an unknown psi_group layout".to_owned())
     } else if features & FEAT_PSI_CLOCK == 0 {
         // Without the clock an idle group's averages stay where they
         // were when it went idle: no stale values, text instead.
-        Some(
-            "cannot bring the averages to the sample's moment: kernel symbols psi_period, \
-             runqueues, __per_cpu_offset or the sched_clock state not in kallsyms \
-             (CONFIG_KALLSYMS_ALL), or HZ does not divide 10^6",
-        )
+        let why = match psi_no_clock {
+            PSI_NO_SYMBOLS => {
+                "kernel symbols psi_period, runqueues, __per_cpu_offset (x86: \
+                 __sched_clock_offset, __sched_clock_stable, sched_clock_data) not all in \
+                 kallsyms (CONFIG_KALLSYMS_ALL)"
+            }
+            PSI_ODD_HZ => "HZ does not divide 10^6 (psi_period is not 2 s and a whole jiffy)",
+            PSI_NO_RQ_CLOCK => "this CPU's rq->clock read as 0",
+            PSI_CPU_LAYOUT => "unknown psi_group_cpu layout",
+            _ => "unknown reason",
+        };
+        Some(format!(
+            "cannot bring the averages to the sample's moment: {why}"
+        ))
     } else {
         None
     };
     for f in pressure {
-        if let Some(why) = psi_gap {
+        if let Some(why) = &psi_gap {
             gap(f, why);
         }
     }
