@@ -105,11 +105,15 @@ fn sample_and_read(c: &mut CgroupCollector, root: &Path, rel: &str) -> Result<Ve
     Ok(differences(sampled, &file, after_us))
 }
 
-/// Samples with `backend` (and with plain read) until a sample agrees
-/// with the file; fails after 3 tries. An update of the averages between
-/// the sample and the read moves them by up to a 2 s step: a backend bug
-/// shows in every try, such a step does not.
-fn agree(what: &str, root: &Path, rel: &str, backend: BackendChoice) -> Result<()> {
+/// Samples with `backend` (and with plain read) and reads the file right
+/// after, up to `tries` times until they agree. Under pressure an update
+/// of the averages between the sample and the read moves them by up to a
+/// 2 s step: a backend bug shows in every try, such a step does not. A
+/// try waits 1 s after the last read, which brought the kernel's state up
+/// to date: long enough for totals behind it to show again. Idle, a try
+/// after a read would find that read's fresh averages: one try (an idle
+/// group's step is a small decay, within the tolerance).
+fn agree(what: &str, root: &Path, rel: &str, backend: BackendChoice, tries: u32) -> Result<()> {
     for choice in [backend, BackendChoice::Read] {
         let mut c = CgroupCollector::new(&options(root, choice))?;
         if choice != BackendChoice::Read {
@@ -127,10 +131,8 @@ fn agree(what: &str, root: &Path, rel: &str, backend: BackendChoice) -> Result<(
                 bail!("memory.pressure is not served by BPF");
             }
         }
-        let mut tries = 0;
-        loop {
-            tries += 1;
-            println!("{what}, {choice}, try {tries}:");
+        for t in 1..=tries {
+            println!("{what}, {choice}, try {t}:");
             let diffs = sample_and_read(&mut c, root, rel)?;
             if diffs.is_empty() {
                 break;
@@ -138,9 +140,10 @@ fn agree(what: &str, root: &Path, rel: &str, backend: BackendChoice) -> Result<(
             for d in &diffs {
                 println!("  DIFF {d}");
             }
-            if tries == 3 {
-                bail!("{what}: {choice} disagreed with the file 3 times");
+            if t == tries {
+                bail!("{what}: {choice} disagreed with the file ({tries} tries)");
             }
+            std::thread::sleep(Duration::from_secs(1));
         }
     }
     Ok(())
@@ -164,7 +167,7 @@ pub fn idle_after_pressure(pressure_s: u64, idle_s: u64, backend: BackendChoice)
             (root.clone(), rel.clone(), hog.join("memory.high"));
         std::thread::spawn(move || -> Result<()> {
             std::thread::sleep(Duration::from_secs(pressure_s * 2 / 3));
-            let under = agree("under pressure", &root, &rel, backend);
+            let under = agree("under pressure", &root, &rel, backend, 3);
             let elapsed = pressure_s * 2 / 3;
             std::thread::sleep(Duration::from_secs(pressure_s.saturating_sub(elapsed)));
             std::fs::write(&high, "max").context("lifting memory.high")?;
@@ -181,7 +184,7 @@ pub fn idle_after_pressure(pressure_s: u64, idle_s: u64, backend: BackendChoice)
     )?;
     let under = watcher.join().expect("the watcher does not panic");
     std::thread::sleep(Duration::from_secs(idle_s));
-    let idle = agree("idle", &root, &rel, backend);
+    let idle = agree("idle", &root, &rel, backend, 1);
     under?;
     idle?;
     // The scenario must be one stale averages fail: pressure happened,
