@@ -253,10 +253,20 @@ __u64 psi_period_ns;
 __u64 psi_tick_ns;
 __u32 psi_no_clock;
 
+/* __per_cpu_offset[] of the first CPUs, read once per pass: the per-CPU
+ * pressure buckets of every cgroup are found with it. */
+#define CPU_OFFSETS (CPU_WORDS * 64)
+__u64 cpu_offsets[CPU_OFFSETS];
+
 static __always_inline __u64 per_cpu_offset(__u32 cpu)
 {
 	__u64 off = 0;
 
+	/* The verifier needs the mask; clang would drop it after the test. */
+	if (cpu < CPU_OFFSETS) {
+		barrier_var(cpu);
+		return cpu_offsets[cpu & (CPU_OFFSETS - 1)];
+	}
 	bpf_probe_read_kernel(&off, sizeof(off), (void *)&__per_cpu_offset + cpu * sizeof(off));
 	return off;
 }
@@ -271,13 +281,16 @@ static __always_inline __u64 per_cpu_offset(__u32 cpu)
  * `psi_no_clock` says why. */
 static __always_inline __u32 psi_clock(void)
 {
-	__u64 off = per_cpu_offset(bpf_get_smp_processor_id()), stable = 0, v = 0;
+	__u32 n = nr_cpus < CPU_OFFSETS ? nr_cpus : CPU_OFFSETS;
+	__u64 off, stable = 0, v = 0;
 	struct sched_clock_data *scd;
 
 	psi_now = psi_cpu_now = psi_period_ns = psi_tick_ns = 0;
 	if (!bpf_ksym_exists(&psi_period) || !bpf_ksym_exists(&runqueues) ||
 	    !bpf_ksym_exists(&__per_cpu_offset))
 		return PSI_NO_SYMBOLS;
+	bpf_probe_read_kernel(cpu_offsets, n * sizeof(cpu_offsets[0]), &__per_cpu_offset);
+	off = per_cpu_offset(bpf_get_smp_processor_id());
 	bpf_probe_read_kernel(&psi_period_ns, sizeof(psi_period_ns), &psi_period);
 	/* psi_period = jiffies_to_nsecs(2 * HZ + 1) = 2 s + one jiffy when
 	 * HZ divides 10^6; nsecs_to_jiffies() is then a division by it. */
@@ -317,6 +330,7 @@ struct psi_collect {
 
 /* Scratch bytes (see `scratch`): a psi_group_cpu is read whole. */
 #define SCRATCH_U32(off) (*(__u32 *)((void *)scratch + ((off) & (SCRATCH_LONGS * 8 - 4))))
+#define SCRATCH_U64(off) (*(__u64 *)((void *)scratch + ((off) & (SCRATCH_LONGS * 8 - 8))))
 
 #define PSI_CPU_ROW(row, state)                                                       \
 	{                                                                             \
@@ -338,16 +352,14 @@ static long psi_collect_cpu(__u64 cpu, void *data)
 			     : bpf_core_field_offset(struct psi_group_cpu___nested, times_prev);
 	__u32 nonidle_state = PSI_STATE_OF(PSI_NONIDLE), mask, running = 0, t;
 	void *groupc = c->pcpu + per_cpu_offset(cpu);
-	__u64 start = 0, nonidle;
+	__u64 start, nonidle;
 
 	if (size > sizeof(scratch))
 		size = sizeof(scratch);
 	if (bpf_probe_read_kernel(scratch, size, groupc))
 		return 1;
 	mask = SCRATCH_U32(bpf_core_field_offset(struct psi_group_cpu___bstats, state_mask));
-	bpf_probe_read_kernel(&start, sizeof(start),
-			      groupc + bpf_core_field_offset(struct psi_group_cpu___bstats,
-							     state_start));
+	start = SCRATCH_U64(bpf_core_field_offset(struct psi_group_cpu___bstats, state_start));
 	/* A state that began after this CPU's clock was read has run 0 ns. */
 	if (psi_cpu_now > start)
 		running = psi_cpu_now - start;
