@@ -1,5 +1,5 @@
 #!/bin/sh
-# Runs inside a tests/vm guest (busybox sh). Usage: guest-checks.sh full|compare|fallback|parity
+# Runs inside a tests/vm guest (busybox sh). Usage: guest-checks.sh full|compare|fallback|parity|psi
 # full:     7.3 guest (memcg kfuncs): plan, compare, churn, syscalls, bench.
 # compare:  another kernel with memcg kfuncs: memory.stat, cpu.stat and the
 #           pressure files served by BPF (the plan, checked by bstats-check),
@@ -9,6 +9,8 @@
 # parity:   live tree: every value BPF serves lies where the text read just
 #           before and after each sample puts it, without and with top-N;
 #           each planted error must be caught.
+# psi:      pressure under memory.high and 40 s idle after: what auto
+#           samples (BPF) equals the file read right after.
 set -u
 B=/bstats-check
 fail=0
@@ -42,6 +44,9 @@ fallback)
   ;;
 parity)
   check parity $B parity 12 --top 5 --plant swap --plant freeze --plant stale
+  ;;
+psi)
+  check psi-idle $B psi-idle --pressure 12 --idle 40
   ;;
 *)
   echo "unknown stage $1"; fail=1

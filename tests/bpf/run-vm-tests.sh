@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Usage: tests/bpf/run-vm-tests.sh [STAGE[:KERNEL]]...
-#   (default: host full facts compare:debian-7.2 fallback:debian-6.12 fallback:debian-6.1 parity)
+#   (default: host full facts compare:debian-7.2 fallback:debian-6.12 fallback:debian-6.1
+#    parity parity:debian-7.2 psi)
 # Runs the acceptance driver bstats-check (below/testkit) in QEMU guests
 # through tests/vm/run.sh (KERNEL: a tests/vm/kernel.sh name):
 #   full      (debian-7.3) bpf plan, frozen-tree bpf==read compare,
@@ -16,12 +17,16 @@
 #             while sampled, every value BPF serves between the text read
 #             before and after, without and with top-N; planted errors must
 #             be caught
+#   psi       (debian-7.3) a cgroup under memory pressure 12 s, then idle
+#             40 s; sampled pressure == the file read right after; psi:patched
+#             is the same on our stream kernel, where auto gives pressure to BPF
 #   host      the same fallback check on this host (cargo test, needs root)
 # Fails (non-zero) when any check fails. Logs: tests/vm's cache logs dir.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 stages=("$@")
-[ ${#stages[@]} -gt 0 ] || stages=(host full facts compare:debian-7.2 fallback:debian-6.12 fallback:debian-6.1 parity)
+[ ${#stages[@]} -gt 0 ] || stages=(host full facts compare:debian-7.2 fallback:debian-6.12 fallback:debian-6.1
+  parity parity:debian-7.2 psi)
 
 host() {
   (cd "$REPO_ROOT" && cargo test -q --locked -p bpf_stats --test host_fallback -- --nocapture)
@@ -52,7 +57,7 @@ facts() {
 kernel_of() {
   case "$1" in
     *:*) echo "${1#*:}" ;;
-    full|facts|parity) echo debian-7.3 ;;
+    full|facts|parity|psi) echo debian-7.3 ;;
     compare) echo debian-7.2 ;;
     fallback) echo debian-6.1 ;;
   esac
@@ -60,7 +65,7 @@ kernel_of() {
 
 for s in "${stages[@]}"; do
   case "${s%%:*}" in
-    host|full|facts|compare|fallback|parity) ;;
+    host|full|facts|compare|fallback|parity|psi) ;;
     *) die "unknown stage $s" ;;
   esac
 done

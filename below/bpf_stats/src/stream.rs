@@ -83,8 +83,13 @@ pub(crate) fn support() -> Support {
     let files: FileSet = STREAM_FILES.iter().map(|(f, _)| *f).collect();
     let reasons = StatFile::ALL
         .iter()
-        .filter(|f| !files.contains(**f))
-        .map(|f| (*f, format!("the kernel has no {}.stream", f)))
+        .map(|f| match files.contains(*f) {
+            true => (
+                *f,
+                "as of the kernel's last interval flush (cpu.stat.stream_interval)".to_owned(),
+            ),
+            false => (*f, format!("the kernel has no {}.stream", f)),
+        })
         .collect();
     Support { files, reasons }
 }

@@ -41,6 +41,8 @@ __u64 memory_nodes;
 /* Bytes of a cpumask the kernel allocated (nr_cpu_ids bits, in longs);
  * set by the loader: reading past them reads other objects. */
 const volatile __u32 cpumask_bytes = 8;
+/* nr_cpu_ids: the per-CPU pressure buckets summed. */
+const volatile __u32 nr_cpus = 1;
 /* KF_* bits; constant at load, so the verifier drops calls to kfuncs this
  * kernel lacks (libbpf poisons them). */
 const volatile __u32 kfuncs;
@@ -250,14 +252,25 @@ static __always_inline void fill_cpu(struct record *r, struct cgroup *cgrp)
 	}
 }
 
-/* psi_group.total is [aggregator][state], avg is [state][3]. Older pahole
- * flattens multi-dimensional arrays in the kernel's BTF (Debian 6.12, 7.3),
- * newer keeps them nested (Debian sid's 7.2); CO-RE matches a field only
- * with its own shape, so one flavor each and the kernel's picks the field
+/* Whole kernel arrays are read here in one call each and their items
+ * picked after: a helper call per item costs more than the bytes. The
+ * iterator holds cgroup_mutex for the whole walk, so passes never share it. */
+#define SCRATCH_LONGS 64
+__u64 scratch[SCRATCH_LONGS];
+
+/* psi_group.total is [aggregator][state], avg is [state][3] and
+ * psi_group_cpu.times_prev is [aggregator][state]. Older pahole flattens
+ * multi-dimensional arrays in the kernel's BTF (Debian 6.12, 7.3), newer
+ * keeps them nested (Debian sid's 7.2); CO-RE matches a field only with
+ * its own shape, so one flavor each and the kernel's picks the field
  * address. The state count varies by config: PSI_ROW() offsets by bytes
  * with the running kernel's state values. */
 struct psi_group___bstats {
 	bool enabled;
+	void *pcpu;
+	__u64 avg_total[1];
+	__u64 avg_last_update;
+	__u64 avg_next_update;
 } __attribute__((preserve_access_index));
 
 struct psi_group___flat {
@@ -270,9 +283,23 @@ struct psi_group___nested {
 	unsigned long avg[1][3];
 } __attribute__((preserve_access_index));
 
-#define PSI_SHAPE_KNOWN(field)                                                        \
-	(bpf_core_field_exists(struct psi_group___flat, field) ||                     \
-	 bpf_core_field_exists(struct psi_group___nested, field))
+struct psi_group_cpu___bstats {
+	__u32 state_mask;
+	__u32 times[1];
+	__u64 state_start;
+} __attribute__((preserve_access_index));
+
+struct psi_group_cpu___flat {
+	__u32 times_prev[1];
+} __attribute__((preserve_access_index));
+
+struct psi_group_cpu___nested {
+	__u32 times_prev[1][1];
+} __attribute__((preserve_access_index));
+
+#define PSI_SHAPE_KNOWN(type, field)                                                  \
+	(bpf_core_field_exists(struct type##___flat, field) ||                        \
+	 bpf_core_field_exists(struct type##___nested, field))
 
 /* The address of psi->field in the kernel's shape; NULL where neither fits. */
 #define PSI_FIELD(psi, field)                                                         \
@@ -283,7 +310,7 @@ struct psi_group___nested {
 		 : NULL)
 
 #define PSI_STATE(row, state) state##___bstats,
-enum psi_states___bstats { PSI_ROWS(PSI_STATE) };
+enum psi_states___bstats { PSI_ROWS(PSI_STATE) PSI_NONIDLE___bstats };
 
 #define PSI_STATE_OF(state) bpf_core_enum_value(enum psi_states___bstats, state##___bstats)
 #define PSI_ROW(row, state)                                                           \
@@ -291,13 +318,154 @@ enum psi_states___bstats { PSI_ROWS(PSI_STATE) };
 		int s = PSI_STATE_OF(state);                                          \
 		bpf_core_read(&r->psi_total_ns[PSI_ROW_##row], 8, total + 8 * s);     \
 		bpf_core_read(&r->psi_avg[PSI_ROW_##row], 24, avg + 24 * s);          \
+		bpf_core_read(&r->psi_avg_total_ns[PSI_ROW_##row], 8, avg_total + 8 * s); \
 	} while (0);
 #define PSI_IN_ORDER(row, state) &&PSI_STATE_OF(state) == PSI_ROW_##row
+
+/* Not in BTF (only per-CPU variables are, and a typed per-CPU ksym needs
+ * its address from the kernel's kallsyms, which would fail the load
+ * without CONFIG_KALLSYMS_ALL): resolved by libbpf, absent ones 0. */
+extern const void psi_period __ksym __weak;
+extern const void runqueues __ksym __weak;
+extern const void __per_cpu_offset __ksym __weak;
+/* CONFIG_HAVE_UNSTABLE_SCHED_CLOCK (x86) only. */
+extern const void __sched_clock_offset __ksym __weak;
+extern const void __sched_clock_stable __ksym __weak;
+extern const void sched_clock_data __ksym __weak;
+
+/* The pass's clocks for pressure (FEAT_PSI_CLOCK): sched_clock(), which
+ * the averages' update times are in, and cpu_clock(), which the per-CPU
+ * buckets are in; the kernel's psi_period and jiffy, both in ns. */
+__u64 psi_now;
+__u64 psi_cpu_now;
+__u64 psi_period_ns;
+__u64 psi_tick_ns;
+__u32 psi_no_clock;
+
+/* __per_cpu_offset[] of the first CPUs, read once per pass: the per-CPU
+ * pressure buckets of every cgroup are found with it. */
+#define CPU_OFFSETS (CPU_WORDS * 64)
+__u64 cpu_offsets[CPU_OFFSETS];
+
+static __always_inline __u64 per_cpu_offset(__u32 cpu)
+{
+	__u64 off = 0;
+
+	/* The verifier needs the mask; clang would drop it after the test. */
+	if (cpu < CPU_OFFSETS) {
+		barrier_var(cpu);
+		return cpu_offsets[cpu & (CPU_OFFSETS - 1)];
+	}
+	bpf_probe_read_kernel(&off, sizeof(off), (void *)&__per_cpu_offset + cpu * sizeof(off));
+	return off;
+}
+
+/* The clocks a read of a pressure file would take now: cpu_clock() is
+ * this CPU's rq->clock (set at every tick and switch: at most a tick
+ * old); sched_clock() is it less __sched_clock_offset while the clock is
+ * stable, else the last tick's sched_clock() plus the ktime since (the
+ * kernel's own pair); on arches without an unstable sched clock the two
+ * are one. Nothing here when a symbol is missing or HZ does not divide
+ * 10^6 (jiffies would not be exact): FEAT_PSI_CLOCK stays off, and
+ * `psi_no_clock` says why. */
+static __always_inline __u32 psi_clock(void)
+{
+	__u32 n = nr_cpus < CPU_OFFSETS ? nr_cpus : CPU_OFFSETS;
+	__u64 off, stable = 0, v = 0;
+	struct sched_clock_data *scd;
+
+	psi_now = psi_cpu_now = psi_period_ns = psi_tick_ns = 0;
+	if (!bpf_ksym_exists(&psi_period) || !bpf_ksym_exists(&runqueues) ||
+	    !bpf_ksym_exists(&__per_cpu_offset))
+		return PSI_NO_SYMBOLS;
+	bpf_probe_read_kernel(cpu_offsets, n * sizeof(cpu_offsets[0]), &__per_cpu_offset);
+	off = per_cpu_offset(bpf_get_smp_processor_id());
+	bpf_probe_read_kernel(&psi_period_ns, sizeof(psi_period_ns), &psi_period);
+	/* psi_period = jiffies_to_nsecs(2 * HZ + 1) = 2 s + one jiffy when
+	 * HZ divides 10^6; nsecs_to_jiffies() is then a division by it. */
+	psi_tick_ns = psi_period_ns - 2000000000ULL;
+	if (psi_period_ns <= 2000000000ULL || 1000000000ULL % psi_tick_ns ||
+	    1000000ULL % (1000000000ULL / psi_tick_ns))
+		return PSI_ODD_HZ;
+	bpf_probe_read_kernel(&psi_cpu_now, sizeof(psi_cpu_now),
+			      (void *)&runqueues + off + bpf_core_field_offset(struct rq, clock));
+	if (!bpf_ksym_exists(&__sched_clock_offset)) {
+		psi_now = psi_cpu_now;
+		return psi_now ? 0 : PSI_NO_RQ_CLOCK;
+	}
+	if (!bpf_ksym_exists(&__sched_clock_stable) || !bpf_ksym_exists(&sched_clock_data))
+		return PSI_NO_SYMBOLS;
+	bpf_probe_read_kernel(&stable, sizeof(int), &__sched_clock_stable);
+	if ((int)stable > 0) {
+		bpf_probe_read_kernel(&v, sizeof(v), &__sched_clock_offset);
+		psi_now = psi_cpu_now - v;
+	} else {
+		scd = (void *)&sched_clock_data + off;
+		psi_now = BPF_CORE_READ(scd, tick_raw) + bpf_ktime_get_ns() -
+			  BPF_CORE_READ(scd, tick_gtod);
+	}
+	return psi_cpu_now ? 0 : PSI_NO_RQ_CLOCK;
+}
+
+/* What collect_percpu_times() sums over the CPUs before a read of the
+ * file adds it to total[PSI_AVGS]: per CPU, each state's time since the
+ * aggregator's last look (an active state's up to now), weighted by the
+ * CPU's non-idle jiffies. */
+struct psi_collect {
+	void *pcpu;
+	__u64 deltas[NR_PSI_ROWS];
+	__u64 nonidle_total;
+};
+
+/* Scratch bytes (see `scratch`): a psi_group_cpu is read whole. */
+#define SCRATCH_U32(off) (*(__u32 *)((void *)scratch + ((off) & (SCRATCH_LONGS * 8 - 4))))
+#define SCRATCH_U64(off) (*(__u64 *)((void *)scratch + ((off) & (SCRATCH_LONGS * 8 - 8))))
+
+#define PSI_CPU_ROW(row, state)                                                       \
+	{                                                                             \
+		__u32 s = PSI_STATE_OF(state);                                        \
+		__u32 t = SCRATCH_U32(times + 4 * s);                                 \
+		if (mask & (1U << s))                                                 \
+			t += running;                                                 \
+		c->deltas[PSI_ROW_##row] +=                                           \
+			(__u64)(__u32)(t - SCRATCH_U32(prev + 4 * s)) * nonidle;      \
+	}
+
+static long psi_collect_cpu(__u64 cpu, void *data)
+{
+	struct psi_collect *c = data;
+	__u32 size = bpf_core_type_size(struct psi_group_cpu___bstats);
+	__u32 times = bpf_core_field_offset(struct psi_group_cpu___bstats, times);
+	__u32 prev = bpf_core_field_exists(struct psi_group_cpu___flat, times_prev)
+			     ? bpf_core_field_offset(struct psi_group_cpu___flat, times_prev)
+			     : bpf_core_field_offset(struct psi_group_cpu___nested, times_prev);
+	__u32 nonidle_state = PSI_STATE_OF(PSI_NONIDLE), mask, running = 0, t;
+	void *groupc = c->pcpu + per_cpu_offset(cpu);
+	__u64 start, nonidle;
+
+	if (size > sizeof(scratch))
+		size = sizeof(scratch);
+	if (bpf_probe_read_kernel(scratch, size, groupc))
+		return 1;
+	mask = SCRATCH_U32(bpf_core_field_offset(struct psi_group_cpu___bstats, state_mask));
+	start = SCRATCH_U64(bpf_core_field_offset(struct psi_group_cpu___bstats, state_start));
+	/* A state that began after this CPU's clock was read has run 0 ns. */
+	if (psi_cpu_now > start)
+		running = psi_cpu_now - start;
+	t = SCRATCH_U32(times + 4 * nonidle_state);
+	if (mask & (1U << nonidle_state))
+		t += running;
+	nonidle = (__u32)(t - SCRATCH_U32(prev + 4 * nonidle_state)) / psi_tick_ns;
+	c->nonidle_total += nonidle;
+	PSI_ROWS(PSI_CPU_ROW)
+	return 0;
+}
 
 static __always_inline void fill_psi(struct record *r, struct cgroup *cgrp)
 {
 	struct psi_group___bstats *psi;
-	void *total, *avg;
+	struct psi_collect c = {};
+	void *total, *avg, *avg_total;
 
 	if (!bpf_core_field_exists(cgrp->psi))
 		return;
@@ -306,17 +474,29 @@ static __always_inline void fill_psi(struct record *r, struct cgroup *cgrp)
 		return;
 	total = PSI_FIELD(psi, total);
 	avg = PSI_FIELD(psi, avg);
+	avg_total = __builtin_preserve_access_index(&psi->avg_total);
 	if (!total || !avg)
 		return;
 	r->flags |= HAS_PSI;
 	/* Our rows in the kernel's state order (every kernel so far): the
-	 * first row of total and avg in two reads, not two per row. */
+	 * first row of each array in one read, not one per row. */
 	if (1 PSI_ROWS(PSI_IN_ORDER)) {
 		bpf_core_read(r->psi_total_ns, sizeof(r->psi_total_ns), total);
 		bpf_core_read(r->psi_avg, sizeof(r->psi_avg), avg);
+		bpf_core_read(r->psi_avg_total_ns, sizeof(r->psi_avg_total_ns), avg_total);
 	} else {
 		PSI_ROWS(PSI_ROW)
 	}
+	r->psi_avg_last_update = BPF_CORE_READ(psi, avg_last_update);
+	r->psi_avg_next_update = BPF_CORE_READ(psi, avg_next_update);
+	if (!(features & FEAT_PSI_CLOCK))
+		return;
+	c.pcpu = BPF_CORE_READ(psi, pcpu);
+	bpf_loop(nr_cpus, psi_collect_cpu, &c, 0);
+	if (c.nonidle_total == 0)
+		c.nonidle_total = 1;
+	for (int i = 0; i < NR_PSI_ROWS; i++)
+		r->psi_total_ns[i] += c.deltas[i] / c.nonidle_total;
 }
 
 static __always_inline void fill_pids(struct record *r, struct cgroup *cgrp)
@@ -365,12 +545,6 @@ static __always_inline void fill_cpuset(struct record *r, struct cgroup *cgrp)
 
 #define EVENT_OPT(key, event) event##___opt,
 enum memcg_memory_event___opt { MEMCG_EVENTS(EVENT_OPT) };
-
-/* Whole kernel arrays are read here in one call each and their items
- * picked after: a helper call per item costs more than the bytes. The
- * iterator holds cgroup_mutex for the whole walk, so passes never share it. */
-#define SCRATCH_LONGS 64
-__u64 scratch[SCRATCH_LONGS];
 
 /* Reads the array at SRC (the CO-RE field named after it) into scratch;
  * the items read, 0 if the read failed. */
@@ -561,8 +735,14 @@ static __always_inline void flush_at_walk_root(struct cgroup *cgrp)
 			bpf_put_mem_cgroup(m);
 		}
 	}
-	if (bpf_core_field_exists(cgrp->psi) && PSI_SHAPE_KNOWN(total) && PSI_SHAPE_KNOWN(avg))
+	if (bpf_core_field_exists(cgrp->psi) && PSI_SHAPE_KNOWN(psi_group, total) &&
+	    PSI_SHAPE_KNOWN(psi_group, avg)) {
 		feat |= FEAT_PSI;
+		psi_no_clock = PSI_SHAPE_KNOWN(psi_group_cpu, times_prev) ? psi_clock()
+									  : PSI_CPU_LAYOUT;
+		if (!psi_no_clock)
+			feat |= FEAT_PSI_CLOCK;
+	}
 	/* Per-node stats need the memcg flush above. */
 	memory_nodes = 0;
 	if (numa_node_ids && have_memcg_kfuncs() && bpf_ksym_exists(&node_states) &&

@@ -63,8 +63,17 @@ BITS(HAS_FLAGS, has);
 	X(FEAT_CPU_FLUSH)                                                     \
 	X(FEAT_MEMCG_KFUNCS)                                                  \
 	X(FEAT_PSI)                                                           \
+	X(FEAT_PSI_CLOCK)                                                     \
 	X(FEAT_NUMA)
 BITS(FEAT_FLAGS, feat);
+
+/* Why a pass has no clock for pressure (global `psi_no_clock`, 0 when it
+ * has one): kernel symbols missing from kallsyms, HZ not dividing 10^6, a
+ * zero rq->clock, an unknown psi_group_cpu layout. */
+#define PSI_NO_SYMBOLS 1
+#define PSI_ODD_HZ 2
+#define PSI_NO_RQ_CLOCK 3
+#define PSI_CPU_LAYOUT 4
 
 /* Kfuncs user space found in the running kernel's BTF (rodata `kfuncs`):
  * bpf_ksym_exists() on a kfunc needs 6.3+, so the check is done there. */
@@ -273,9 +282,15 @@ struct record {
 	__u64 weight;
 	__u64 quota_ns;
 	__u64 period_ns;
-	/* pressure */
+	/* pressure: total[PSI_AVGS] with what the per-CPU buckets hold past
+	 * it (what a read of the file collects first), and the state its
+	 * update_averages() works from: avg[] (11 fraction bits), avg_total[],
+	 * avg_last_update and avg_next_update (sched_clock ns) */
 	__u64 psi_total_ns[NR_PSI_ROWS];
 	__u64 psi_avg[NR_PSI_ROWS][3];
+	__u64 psi_avg_total_ns[NR_PSI_ROWS];
+	__u64 psi_avg_last_update;
+	__u64 psi_avg_next_update;
 	/* pids */
 	__u64 pids_current;
 	__u64 pids_limit;

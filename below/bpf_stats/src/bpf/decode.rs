@@ -2,10 +2,9 @@
 //! record's bytes, in the units and encodings the text files use. Nothing
 //! here needs a loaded program (tests build records by hand).
 //!
-//! Pressure: BPF reads `psi_group.total`/`avg` as the kernel last
-//! aggregated them (its averaging work runs every 2 s while the group is
-//! active; a text read aggregates first). We accept that lag rather than
-//! read text: below uses avg10, and totals lag at most one period.
+//! Pressure: the values a read of the file would print at the pass (the
+//! program sums the per-CPU buckets into the totals, psi.rs brings the
+//! averages to the pass's clock).
 
 use std::collections::BTreeMap;
 use std::collections::BTreeSet;
@@ -30,6 +29,9 @@ use super::contract::*;
 use super::kernel::Limits;
 use super::kernel::NumaLayout;
 use super::load::page_size;
+use super::load::Pass;
+use super::psi;
+use super::psi::PsiClock;
 
 /// `PID_MAX_LIMIT + 1` on 64-bit: pids.max prints "max" at or above it.
 pub(crate) const PIDS_MAX: u64 = 4 * 1024 * 1024 + 1;
@@ -47,6 +49,8 @@ pub(crate) struct Decoder {
     pub(crate) page_size: u64,
     /// The nodes memory.numa_stat prints (N_MEMORY at the last pass).
     pub(crate) memory_nodes: u64,
+    /// The last pass's clocks for pressure averages.
+    pub(crate) psi_clock: Option<PsiClock>,
 }
 
 /// Last scaled (utime, stime) per cgroup id, for monotonic user/system.
@@ -54,14 +58,15 @@ pub(crate) type PrevCputime = HashMap<u64, (u64, u64)>;
 
 impl Decoder {
     /// For the records of a pass: the limits the program was loaded with,
-    /// the pass's N_MEMORY nodes.
-    pub(crate) fn new(limits: &Limits, memory_nodes: u64) -> Self {
+    /// the pass's N_MEMORY nodes and clocks.
+    pub(crate) fn new(limits: &Limits, pass: &Pass) -> Self {
         Decoder {
             cpus: limits.cpus,
             nodes: limits.nodes,
             numa: limits.numa,
             page_size: page_size(),
-            memory_nodes,
+            memory_nodes: pass.memory_nodes,
+            psi_clock: pass.psi_clock,
         }
     }
 
@@ -234,26 +239,35 @@ pub(crate) fn cpu_weight(shares: u64) -> u32 {
     ((w * 100 + 512) / 1024).clamp(1, 10000) as u32
 }
 
-pub(crate) fn pressure(r: &Record) -> Pressure {
-    let rows = PsiRows::from_fn(|i| PressureMetrics {
-        avg10: Some(load_avg(r.psi_avg[i][0])),
-        avg60: Some(load_avg(r.psi_avg[i][1])),
-        avg300: Some(load_avg(r.psi_avg[i][2])),
-        total: Some(r.psi_total_ns[i] / 1000),
-    });
-    Pressure {
-        cpu: CpuPressure {
-            some: rows.cpu_some,
-            full: Some(rows.cpu_full),
-        },
-        io: IoPressure {
-            some: rows.io_some,
-            full: rows.io_full,
-        },
-        memory: MemoryPressure {
-            some: rows.memory_some,
-            full: rows.memory_full,
-        },
+impl Decoder {
+    /// The pressure files as a read at the pass would print them (the
+    /// averages as stored when the pass has no clock: the plan reads
+    /// text then).
+    pub(crate) fn pressure(&self, r: &Record) -> Pressure {
+        let mut avg = r.psi_avg;
+        if let Some(clock) = self.psi_clock {
+            psi::update_averages(r, clock, &mut avg);
+        }
+        let rows = PsiRows::from_fn(|i| PressureMetrics {
+            avg10: Some(load_avg(avg[i][0])),
+            avg60: Some(load_avg(avg[i][1])),
+            avg300: Some(load_avg(avg[i][2])),
+            total: Some(r.psi_total_ns[i] / 1000),
+        });
+        Pressure {
+            cpu: CpuPressure {
+                some: rows.cpu_some,
+                full: Some(rows.cpu_full),
+            },
+            io: IoPressure {
+                some: rows.io_some,
+                full: rows.io_full,
+            },
+            memory: MemoryPressure {
+                some: rows.memory_some,
+                full: rows.memory_full,
+            },
+        }
     }
 }
 

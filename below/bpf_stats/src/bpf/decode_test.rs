@@ -23,6 +23,7 @@ pub(crate) fn decoder() -> Decoder {
         numa: Some(numa),
         page_size: PAGE,
         memory_nodes: 0b01,
+        psi_clock: None,
     }
 }
 
@@ -115,7 +116,7 @@ fn full_record_decodes_in_the_files_units() {
     assert_eq!((max.max_usec, max.period_usec), (50_000, 100_000));
 
     // Rows in PSI_ROWS order: io some/full, memory some/full, cpu some/full.
-    let p = pressure(&r);
+    let p = d.pressure(&r);
     let row = |m: &PressureMetrics| (m.avg10.unwrap(), m.avg60.unwrap(), m.total.unwrap());
     assert_eq!(row(&p.io.some), (0.0, 0.5, 0));
     assert_eq!(row(&p.io.full), (1.0, 0.5, 1));

@@ -36,7 +36,9 @@ use libbpf_rs::PrintLevel;
 use super::contract::skel;
 use super::contract::Record;
 use super::contract::CPU_WORDS;
+use super::contract::FEAT_PSI_CLOCK;
 use super::kernel::Limits;
+use super::psi::PsiClock;
 use skel::CgroupStatsSkel;
 use skel::CgroupStatsSkelBuilder;
 
@@ -198,6 +200,7 @@ impl Loaded {
             .as_deref_mut()
             .context("The BPF object has no .rodata")?;
         rodata.cpumask_bytes = (ids.cpus.div_ceil(64) * 8).min(CPU_WORDS * 8) as u32;
+        rodata.nr_cpus = ids.cpus as u32;
         rodata.kfuncs = ids.kfuncs;
         if let Some(layout) = ids.numa {
             rodata.numa_node_ids = ids.nodes as u32;
@@ -281,6 +284,11 @@ impl Loaded {
             facts: bss.facts,
             memory_nodes: bss.memory_nodes,
             moved: bss.moved != 0,
+            psi_clock: (bss.features & FEAT_PSI_CLOCK != 0).then_some(PsiClock {
+                now: bss.psi_now,
+                period: bss.psi_period_ns,
+            }),
+            psi_no_clock: bss.psi_no_clock as usize,
         })
     }
 
@@ -340,4 +348,8 @@ pub(crate) struct Pass {
     pub(crate) memory_nodes: u64,
     /// A WANTED pass found the tree changed since the RANK pass.
     pub(crate) moved: bool,
+    /// The clocks pressure averages are brought to (FEAT_PSI_CLOCK).
+    pub(crate) psi_clock: Option<PsiClock>,
+    /// Why there is none (PSI_*).
+    pub(crate) psi_no_clock: usize,
 }

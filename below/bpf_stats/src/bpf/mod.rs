@@ -21,6 +21,7 @@ mod facts_test;
 mod kernel;
 mod load;
 mod probe;
+mod psi;
 mod sample;
 
 use std::collections::HashMap;
@@ -140,7 +141,7 @@ impl BpfBackend {
         let keep_re = top.as_ref().and_then(|t| t.top.keep.clone());
         let need_paths = self.filter.is_some() || keep_re.is_some() || !text.is_empty();
         self.index(pass.cgroups, need_paths, keep_re.as_ref());
-        let mut decoder = Decoder::new(self.loaded.limits(), pass.memory_nodes);
+        let mut decoder = Decoder::new(self.loaded.limits(), &pass);
         let mut keep = match top.as_deref_mut() {
             Some(rank) if by != Some(TopBy::Io) => {
                 let records = self.loaded.records(pass.cgroups);
@@ -196,6 +197,7 @@ impl BpfBackend {
         }
         self.last_pass = (crate::thread_cpu_time() - cpu, wall.elapsed());
         decoder.memory_nodes = pass.memory_nodes;
+        decoder.psi_clock = pass.psi_clock;
         let records = self.loaded.records(pass.cgroups);
         // The visible cgroups that are kept, and the node index of each.
         let mut kept = Vec::with_capacity(self.records.len());

@@ -80,8 +80,8 @@ pub(crate) fn probe_with(root_fd: BorrowedFd, filter: Option<Regex>, btf: Option
         Ok(l) => l,
         Err(e) => return fail(format!("cannot load the cgroup iterator: {e:#}")),
     };
-    let (features, facts) = match loaded.run(PASS_FULL, 0) {
-        Ok(pass) => (pass.features, pass.facts),
+    let (features, facts, psi_no_clock) = match loaded.run(PASS_FULL, 0) {
+        Ok(pass) => (pass.features, pass.facts, pass.psi_no_clock),
         Err(e) => return fail(format!("the cgroup iterator failed: {e:#}")),
     };
 
@@ -181,29 +181,64 @@ pub(crate) fn probe_with(root_fd: BorrowedFd, filter: Option<Regex>, btf: Option
     if features & FEAT_CPU_FLUSH == 0 {
         gap(StatFile::CpuStat, "kernel lacks kfunc css_rstat_flush");
     }
-    if features & FEAT_PSI == 0 {
-        for f in [
-            StatFile::CpuPressure,
-            StatFile::IoPressure,
-            StatFile::MemoryPressure,
-        ] {
-            gap(
-                f,
-                "kernel has no cgroup PSI (CONFIG_PSI) or an unknown psi_group layout",
-            );
-        }
-    }
-    // Notes on files BPF serves except at the root.
-    reasons.push((StatFile::CpuStat, "root cgroup: text".to_owned()));
-    for f in [
+    let pressure = [
         StatFile::CpuPressure,
         StatFile::IoPressure,
         StatFile::MemoryPressure,
-    ] {
+    ];
+    let psi_gap = if features & FEAT_PSI == 0 {
+        Some("kernel has no cgroup PSI (CONFIG_PSI) or an unknown psi_group layout".to_owned())
+    } else if features & FEAT_PSI_CLOCK == 0 {
+        // Without the clock an idle group's averages stay where they
+        // were when it went idle: no stale values, text instead.
+        let why = match psi_no_clock {
+            PSI_NO_SYMBOLS => {
+                "kernel symbols psi_period, runqueues, __per_cpu_offset (x86: \
+                 __sched_clock_offset, __sched_clock_stable, sched_clock_data) not all in \
+                 kallsyms (CONFIG_KALLSYMS_ALL)"
+            }
+            PSI_ODD_HZ => "HZ does not divide 10^6 (psi_period is not 2 s and a whole jiffy)",
+            PSI_NO_RQ_CLOCK => "this CPU's rq->clock read as 0",
+            PSI_CPU_LAYOUT => "unknown psi_group_cpu layout",
+            _ => "unknown reason",
+        };
+        Some(format!(
+            "cannot bring the averages to the sample's moment: {why}"
+        ))
+    } else {
+        None
+    };
+    for f in pressure {
+        if let Some(why) = &psi_gap {
+            gap(f, why);
+        }
+    }
+    // How fresh what BPF serves is (the plan shows it as the reason).
+    reasons.push((
+        StatFile::CpuStat,
+        "flushed once per pass at the walk root, as a read flushes; root cgroup: text".to_owned(),
+    ));
+    for f in [StatFile::MemoryStat, StatFile::MemoryNumaStat] {
         reasons.push((
             f,
-            "root cgroup: text; averages as of the kernel's last update (<= 2 s)".to_owned(),
+            "flushed once per pass at the walk root with the flush a read does (rate-limited: \
+             up to ~2 s old, as the text)"
+                .to_owned(),
         ));
+    }
+    for f in pressure {
+        reasons.push((
+            f,
+            "as a read of the file at the pass would print them: totals with the per-CPU \
+             buckets, averages decayed or updated to the pass's sched_clock (the sampling \
+             CPU's scheduler clock, at most a tick old); root cgroup: text"
+                .to_owned(),
+        ));
+    }
+    for &f in StatFile::ALL {
+        if !reasons.iter().any(|(g, _)| *g == f) {
+            reasons.push((f, "read at the pass".to_owned()));
+        }
     }
     Probe {
         capability: Ok(Support { files, reasons }),

@@ -72,7 +72,7 @@ impl Decoder {
         *cpu_stat =
             (want(StatFile::CpuStat) && !root && has(HAS_BSTAT)).then(|| decode::cpu_stat(r, prev));
         *pressure =
-            (want(StatFile::CpuPressure) && !root && has(HAS_PSI)).then(|| decode::pressure(r));
+            (want(StatFile::CpuPressure) && !root && has(HAS_PSI)).then(|| self.pressure(r));
         let pids = !root && has(HAS_PIDS);
         *tids_current = (pids && want(StatFile::PidsCurrent)).then_some(r.pids_current);
         *tids_max = (pids && want(StatFile::PidsMax)).then(|| pids_max(r));

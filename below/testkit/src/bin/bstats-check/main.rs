@@ -8,6 +8,7 @@ mod compare;
 mod cost;
 mod frozen;
 mod parity;
+mod psi;
 mod served;
 
 use std::path::Path;
@@ -80,6 +81,16 @@ enum Check {
         #[arg(default_value_t = 20)]
         samples: u32,
     },
+    /// A cgroup under memory pressure, then idle: sampled pressure == the
+    /// file read right after (averages within 0.5), under BACKEND
+    PsiIdle {
+        #[arg(long, default_value_t = 12)]
+        pressure: u64,
+        #[arg(long, default_value_t = 40)]
+        idle: u64,
+        #[arg(default_value = "auto")]
+        backend: BackendChoice,
+    },
     /// Run CMD while a small loaded tree stands frozen (for guest scripts)
     #[command(hide = true)]
     FrozenTree {
@@ -101,6 +112,11 @@ fn main() -> Result<()> {
         Check::Churn { seconds } => churn::churn(seconds),
         Check::Syscalls => cost::syscalls(),
         Check::Bench { n, samples } => cost::bench(n, samples),
+        Check::PsiIdle {
+            pressure,
+            idle,
+            backend,
+        } => psi::idle_after_pressure(pressure, idle, backend),
         Check::FrozenTree { cmd } => frozen::frozen_tree(&cmd),
     }
 }
