@@ -562,6 +562,8 @@ struct Around<'a> {
     /// cgroups that used no CPU since the sample before.
     quiet: Option<&'a BTreeSet<String>>,
     sample: usize,
+    /// µs from the start of the reads before to the end of the sample.
+    since_before_us: i128,
 }
 
 /// cpu.stat's user_usec and system_usec split usage_usec the way the
@@ -585,6 +587,28 @@ fn split_fits(
     let (b, v) = (n(before, key)?, number(v, Kind::Counter)?);
     let (usage, other_b) = (n(after, "cpu_stat.usage_usec")?, n(before, other)?);
     Some(b <= v && v <= usage - other_b + 1)
+}
+
+/// A pressure total as a read at the sample prints it: the kernel adds
+/// each interval's stall time weighted by each CPU's non-idle jiffies,
+/// which does not add up over split intervals, so the read after (one
+/// interval since the read before) can print less than a read at the
+/// sample would have. It is never below the read before, and at most what
+/// the read before showed plus the time since (a CPU's stall time in an
+/// interval is at most its length). None for other values.
+fn psi_total_fits(
+    key: &str,
+    before: &BTreeMap<String, Value>,
+    v: &Value,
+    after: &BTreeMap<String, Value>,
+    since_before_us: i128,
+) -> Option<bool> {
+    if !(key.starts_with("pressure.") && key.ends_with(".total")) {
+        return None;
+    }
+    let n = |m: &BTreeMap<String, Value>| number(m.get(key)?, Kind::Counter);
+    let (b, a, v) = (n(before)?, n(after)?, number(v, Kind::Counter)?);
+    Some(b <= v && v <= a.max(b + since_before_us))
 }
 
 impl Checker {
@@ -677,20 +701,26 @@ impl Checker {
             }
             let quiet = quiet.is_some();
             let why = match (bv, sv, av) {
-                (Some(bv), Some(sv), Some(av)) if !quiet => match split_fits(key, &vb, sv, &va) {
-                    Some(true) => None,
-                    Some(false) => Some("outside [before, usage after - other before]"),
-                    None if fits(k, bv, sv, av) => None,
-                    None if k == Kind::Counter => Some("counter outside [before, after]"),
-                    None => Some("outside what the two reads showed"),
+                (Some(bv), Some(sv), Some(av)) if !quiet => match (
+                    split_fits(key, &vb, sv, &va),
+                    psi_total_fits(key, &vb, sv, &va, around.since_before_us),
+                ) {
+                    (Some(true), _) | (_, Some(true)) => None,
+                    (Some(false), _) => Some("outside [before, usage after - other before]"),
+                    (_, Some(false)) => Some("outside [before, max(after, before + time since)]"),
+                    (None, None) if fits(k, bv, sv, av) => None,
+                    (None, None) if k == Kind::Counter => Some("counter outside [before, after]"),
+                    (None, None) => Some("outside what the two reads showed"),
                 },
-                // Quiet: totals are counters up to the read after;
-                // averages must be what that read printed.
+                // Quiet: averages must be what the read after printed;
+                // totals at most that read plus the time since the last
+                // read of the file, before the pause (see psi_total_fits).
                 (_, Some(sv), Some(av)) if quiet => {
                     self.quiet_checked += u64::from(k == Kind::Average);
+                    let since = around.since_before_us + QUIET_PAUSE.as_micros() as i128;
                     let ok = match k {
                         Kind::Average => number(sv, k) == number(av, k),
-                        _ => number(sv, k) <= number(av, k),
+                        _ => number(sv, k) <= number(av, k).map(|a| a + since),
                     };
                     (!ok).then_some("differs from the read after a quiet pause")
                 }
@@ -785,12 +815,14 @@ fn run(
             quiet_samples += 1;
             std::thread::sleep(QUIET_PAUSE);
         }
+        let read_before = Instant::now();
         let before = walker.walk(if quiet {
             files.difference(quiet_files)
         } else {
             files
         });
         let snap = c.collect_into(&mut tree);
+        let since_before_us = read_before.elapsed().as_micros() as i128;
         let mut sample = tree.take();
         // Pressure first: the shorter after a quiet sample, the less
         // likely the kernel's 2 s update falls in between.
@@ -822,6 +854,7 @@ fn run(
             after: &after,
             quiet: quiet.then_some(&idle),
             sample: taken,
+            since_before_us,
         };
         let paths = ck.check_sample(&sample, &around);
         unchanged += usize::from(paths == prev_paths);
@@ -1013,6 +1046,34 @@ mod test {
         assert_eq!(kind("pressure.io.full.total"), Kind::Counter);
         assert_eq!(kind("pressure.cpu.some.avg60"), Kind::Average);
         assert_eq!(kind("cgroup_stat.nr_descendants"), Kind::Gauge);
+    }
+
+    #[test]
+    fn psi_totals_allow_the_time_since_the_read_before() {
+        let m =
+            |v: u64| BTreeMap::from([("pressure.cpu.some.total".to_owned(), serde_json::json!(v))]);
+        let (b, a) = (m(100), m(150));
+        let fits = |v: u64, since| {
+            psi_total_fits(
+                "pressure.cpu.some.total",
+                &b,
+                &serde_json::json!(v),
+                &a,
+                since,
+            )
+        };
+        assert_eq!(fits(120, 0), Some(true));
+        assert_eq!(
+            fits(170, 100),
+            Some(true),
+            "ahead of the read after, within the time"
+        );
+        assert_eq!(fits(170, 10), Some(false));
+        assert_eq!(fits(90, 1000), Some(false), "below the read before");
+        assert_eq!(
+            psi_total_fits("cpu_stat.usage_usec", &b, &serde_json::json!(1u64), &a, 0),
+            None
+        );
     }
 
     #[test]
