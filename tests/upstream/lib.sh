@@ -32,7 +32,7 @@ shared_files() {
   for f in cgroup_stats.bpf.c cgroup_stats.h contract_gen.rs; do
     echo "below/bpf_stats/src/bpf/$f below/cgroupfs/src/bpf/$f"
   done
-  for f in contract.rs contract_test.rs decode.rs decode_test.rs kernel.rs load.rs; do
+  for f in contract.rs contract_test.rs decode.rs decode_test.rs kernel.rs load.rs psi.rs psi_test.rs; do
     echo "below/bpf_stats/src/bpf/$f below/cgroupfs/src/cgroup_bpf/$f"
   done
 }

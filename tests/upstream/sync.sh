@@ -60,9 +60,16 @@ case "${1:-}" in
     ugit -C "$tree" tag pristine
     while read -r p; do ugit -C "$tree" am -q "$p" >&2; done < <(series_patches patched)
     while read -r ours theirs; do
+      # A new file goes with the one listed before it (its module needs
+      # declaring by hand: that is the series' own code, not a shared file).
+      tracked=$(ugit -C "$tree" ls-files -- "$theirs")
+      [ -z "$tracked" ] || last=$(ugit -C "$tree" log -1 --format=%H -- "$theirs")
       shared_file "$ours" "$tree" >"$tree/$theirs"
-      ugit -C "$tree" diff --quiet -- "$theirs" && continue
-      last=$(ugit -C "$tree" log -1 --format=%H -- "$theirs")
+      if [ -z "$tracked" ]; then
+        ugit -C "$tree" add -- "$theirs"
+      elif ugit -C "$tree" diff --quiet -- "$theirs"; then
+        continue
+      fi
       log "$theirs changed: folded into '$(ugit -C "$tree" log -1 --format=%s "$last")'"
       ugit -C "$tree" commit -q --fixup="$last" -- "$theirs"
     done < <(shared_files)
