@@ -141,17 +141,7 @@ unsafe fn child(
     libc::close(fd);
     if work.anon_mib > 0 {
         let len = work.anon_mib << 20;
-        let p = libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-            -1,
-            0,
-        );
-        if p == libc::MAP_FAILED {
-            libc::_exit(2);
-        }
+        let p = map_anon(len);
         for off in (0..len).step_by(4096) {
             p.cast::<u8>().add(off).write_volatile(1);
         }
@@ -213,12 +203,12 @@ fn nap(d: Duration) {
     unsafe { libc::nanosleep(&ts, std::ptr::null_mut()) };
 }
 
-/// [`Cycle::Memory`], in the worker (raw syscalls only).
-unsafe fn memory_wave(max: usize, step: usize, every: Duration) -> ! {
-    let step = step.clamp(4096, max.max(4096));
+/// `len` bytes of private anonymous memory, in the worker (exits 2 when
+/// the kernel refuses).
+unsafe fn map_anon(len: usize) -> *mut libc::c_void {
     let p = libc::mmap(
         std::ptr::null_mut(),
-        max,
+        len,
         libc::PROT_READ | libc::PROT_WRITE,
         libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
         -1,
@@ -227,6 +217,13 @@ unsafe fn memory_wave(max: usize, step: usize, every: Duration) -> ! {
     if p == libc::MAP_FAILED {
         libc::_exit(2);
     }
+    p
+}
+
+/// [`Cycle::Memory`], in the worker (raw syscalls only).
+unsafe fn memory_wave(max: usize, step: usize, every: Duration) -> ! {
+    let step = step.clamp(4096, max.max(4096));
+    let p = map_anon(max);
     let (mut held, mut growing) = (0, true);
     loop {
         if growing {
@@ -255,18 +252,11 @@ unsafe fn memory_wave(max: usize, step: usize, every: Duration) -> ! {
 unsafe fn disk_loop(dev: &CString) -> ! {
     const CHUNK: usize = 64 << 10;
     let fd = libc::open(dev.as_ptr(), libc::O_RDWR | libc::O_DIRECT);
-    // O_DIRECT needs an aligned buffer: a page-aligned mapping is one.
-    let buf = libc::mmap(
-        std::ptr::null_mut(),
-        CHUNK,
-        libc::PROT_READ | libc::PROT_WRITE,
-        libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-        -1,
-        0,
-    );
-    if fd < 0 || buf == libc::MAP_FAILED {
+    if fd < 0 {
         libc::_exit(4);
     }
+    // O_DIRECT needs an aligned buffer: a page-aligned mapping is one.
+    let buf = map_anon(CHUNK);
     let mut off = 0;
     loop {
         libc::pwrite(fd, buf, CHUNK, off as libc::off_t);

@@ -18,7 +18,7 @@ pub(crate) const BTF_PATH: &str = "/sys/kernel/btf/vmlinux";
 /// `lruvec_stats.state[]`. The entries under #ifdef (NR_SWAPCACHE,
 /// PGPROMOTE_SUCCESS, NR_HUGETLB) are missing from `enum node_stat_item`
 /// too when configured out, so BTF tells which ones a kernel has.
-const MEMCG_NODE_STAT_ITEMS: [&str; 50] = [
+pub(crate) const MEMCG_NODE_STAT_ITEMS: [&str; 50] = [
     "NR_INACTIVE_ANON",
     "NR_ACTIVE_ANON",
     "NR_INACTIVE_FILE",
@@ -74,7 +74,7 @@ const MEMCG_NODE_STAT_ITEMS: [&str; 50] = [
 /// The other `enum node_stat_item` items (7.3; NR_WRITEBACK_TEMP until
 /// 6.x; the aliases and the count): not in `lruvec_stats.state[]`. An item
 /// in neither list is one this code does not know the place of.
-const NOT_MEMCG_NODE_STAT_ITEMS: [&str; 25] = [
+pub(crate) const NOT_MEMCG_NODE_STAT_ITEMS: [&str; 25] = [
     "NR_LRU_BASE",
     "NR_ISOLATED_ANON",
     "NR_ISOLATED_FILE",
@@ -103,14 +103,14 @@ const NOT_MEMCG_NODE_STAT_ITEMS: [&str; 25] = [
 ];
 
 /// Printed only with CONFIG_TRANSPARENT_HUGEPAGE; the items exist without.
-const THP_ITEMS: [&str; 3] = ["NR_ANON_THPS", "NR_FILE_THPS", "NR_SHMEM_THPS"];
+pub(crate) const THP_ITEMS: [&str; 3] = ["NR_ANON_THPS", "NR_FILE_THPS", "NR_SHMEM_THPS"];
 
 /// Per NUMA_ITEMS entry, its index in `lruvec_stats.state[]`, or
 /// NUMA_NO_IDX when this kernel does not print the line.
 pub(crate) type NumaLayout = [u32; NUMA_ITEMS.len()];
 
 /// Member names and values of a BTF enum, if the kernel has it.
-fn enum_items(btf: &Btf, name: &str) -> Option<Vec<(String, i64)>> {
+pub(crate) fn enum_items(btf: &Btf, name: &str) -> Option<Vec<(String, i64)>> {
     let e = btf.type_by_name::<types::Enum>(name)?;
     Some(
         e.iter()
@@ -131,7 +131,7 @@ fn member_type<'b>(btf: &'b Btf, name: &str, member: &str) -> Option<BtfType<'b>
 /// by name: every item of its `enum node_stat_item` is one we know to be
 /// in the array or not, those in it come in the enum's order (the kernel's
 /// array is), and they add up to the length of `lruvec_stats.state[]`.
-fn numa_layout(btf: &Btf) -> std::result::Result<NumaLayout, String> {
+pub(crate) fn numa_layout(btf: &Btf) -> std::result::Result<NumaLayout, String> {
     let items = enum_items(btf, "node_stat_item").ok_or("no enum node_stat_item in BTF")?;
     if let Some((unknown, _)) = items.iter().find(|(n, _)| {
         !MEMCG_NODE_STAT_ITEMS.contains(&n.as_str())
@@ -233,7 +233,7 @@ impl Limits {
 
 /// A function of mm/memcontrol.c built only with CONFIG_SWAP, which also
 /// registers the memory.swap.* and memory.zswap.* files.
-const SWAP_FUNC: &str = "__mem_cgroup_try_charge_swap";
+pub(crate) const SWAP_FUNC: &str = "__mem_cgroup_try_charge_swap";
 
 /// What the running kernel's BTF says about the program's inputs.
 pub(crate) struct Kernel {
@@ -276,141 +276,5 @@ impl Kernel {
             numa_layout,
             swap_files,
         })
-    }
-}
-
-#[cfg(test)]
-mod test {
-    use super::super::btf_edit::edit;
-    use super::super::btf_edit::Edit;
-    use super::*;
-
-    /// This machine's BTF with `edits`, in a file (dir/vmlinux); None
-    /// (with a line) when this machine has no BTF.
-    fn edited_file(edits: &[Edit]) -> Option<tempfile::TempDir> {
-        let Ok(mut raw) = std::fs::read(BTF_PATH) else {
-            println!("skipped: no {BTF_PATH}");
-            return None;
-        };
-        for e in edits {
-            raw = edit(&raw, *e).unwrap();
-        }
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join("vmlinux"), raw).unwrap();
-        Some(dir)
-    }
-
-    fn edited(edits: &[Edit]) -> Option<Btf<'static>> {
-        let dir = edited_file(edits)?;
-        Some(Btf::from_path(dir.path().join("vmlinux")).unwrap())
-    }
-
-    /// This machine's node_stat_item with the memcg items of a kernel
-    /// whose lruvec_stats.state[] holds exactly the ones we know: the
-    /// 7.3 layout, whatever this kernel's array is.
-    fn known_layout() -> Vec<Edit<'static>> {
-        let Some(btf) = edited(&[]) else {
-            return Vec::new();
-        };
-        let items = enum_items(&btf, "node_stat_item").unwrap();
-        let present = (MEMCG_NODE_STAT_ITEMS.iter())
-            .filter(|i| items.iter().any(|(n, _)| n == *i))
-            .count();
-        // Items this code does not know are removed, as an older config would.
-        let mut edits: Vec<Edit> = (items.iter())
-            .filter(|(n, _)| {
-                !MEMCG_NODE_STAT_ITEMS.contains(&n.as_str())
-                    && !NOT_MEMCG_NODE_STAT_ITEMS.contains(&n.as_str())
-            })
-            .map(|(n, _)| Edit::RemoveEnumVal {
-                ty: "node_stat_item",
-                value: n.clone().leak(),
-            })
-            .collect();
-        edits.push(Edit::ArrayLen {
-            ty: "lruvec_stats",
-            member: "state",
-            len: present as u32,
-        });
-        edits
-    }
-
-    #[test]
-    fn numa_layout_by_names() {
-        let base = known_layout();
-        let Some(btf) = edited(&base) else { return };
-        let layout = numa_layout(&btf).expect("the known layout");
-        let at = |item: &str| {
-            let i = NUMA_ITEMS.iter().position(|it| it.item == item).unwrap();
-            layout[i]
-        };
-        assert_eq!(at("NR_ANON_MAPPED"), 14);
-
-        // Same count, one name this code does not know: not served.
-        let mut e = base.clone();
-        e.push(Edit::EnumVal {
-            ty: "node_stat_item",
-            value: "NR_DIRTIED",
-        });
-        let why = numa_layout(&edited(&e).unwrap()).unwrap_err();
-        assert!(why.contains("bstats_gone_NR_DIRTIED is new"), "{why}");
-
-        // No CONFIG_SWAP: NR_SWAPCACHE gone from the enum and the array,
-        // the items after it one place earlier.
-        let mut e = base.clone();
-        let mut len = 0;
-        if let Some(Edit::ArrayLen { len: l, .. }) = e.pop() {
-            len = l;
-        }
-        e.push(Edit::RemoveEnumVal {
-            ty: "node_stat_item",
-            value: "NR_SWAPCACHE",
-        });
-        e.push(Edit::ArrayLen {
-            ty: "lruvec_stats",
-            member: "state",
-            len: len - 1,
-        });
-        let no_swap = numa_layout(&edited(&e).unwrap()).expect("layout without swap");
-        for (i, it) in NUMA_ITEMS.iter().enumerate() {
-            let before = at(it.item);
-            let want = match it.item {
-                "NR_SWAPCACHE" => NUMA_NO_IDX,
-                _ if before > at("NR_SWAPCACHE") => before - 1,
-                _ => before,
-            };
-            assert_eq!(no_swap[i], want, "{}", it.item);
-        }
-
-        // The array one longer than the items: not served.
-        let mut e = base.clone();
-        e.pop();
-        e.push(Edit::ArrayLen {
-            ty: "lruvec_stats",
-            member: "state",
-            len: len + 1,
-        });
-        let why = numa_layout(&edited(&e).unwrap()).unwrap_err();
-        assert!(why.contains("expected"), "{why}");
-    }
-
-    #[test]
-    fn swap_files_from_btf() {
-        let Some(dir) = edited_file(&[Edit::Func { name: SWAP_FUNC }]) else {
-            return;
-        };
-        let k = Kernel::read(&dir.path().join("vmlinux")).unwrap();
-        let why = k.swap_files.unwrap_err();
-        assert!(why.contains("CONFIG_SWAP"), "{why}");
-    }
-
-    #[test]
-    fn numa_items_are_memcg_node_stat_items() {
-        for it in NUMA_ITEMS {
-            assert!(MEMCG_NODE_STAT_ITEMS.contains(&it.item), "{}", it.item);
-        }
-        for thp in THP_ITEMS {
-            assert!(NUMA_ITEMS.iter().any(|it| it.item == thp), "{thp}");
-        }
     }
 }

@@ -19,6 +19,8 @@ mod decode;
 #[cfg(test)]
 mod facts_test;
 mod kernel;
+#[cfg(test)]
+mod kernel_test;
 mod load;
 mod probe;
 mod psi;

@@ -260,6 +260,14 @@ mod test {
 
     use super::*;
 
+    #[test]
+    fn every_fact_names_stat_files() {
+        for f in KERNEL_FACTS {
+            // Panics on a name that is not a stat file.
+            assert!(fact_files(f).count() > 0, "{}", f.name);
+        }
+    }
+
     /// A directory standing for a cgroup root: the check looks at files.
     #[test]
     fn swap_files_from_a_memory_cgroup() {

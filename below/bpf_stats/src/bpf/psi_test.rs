@@ -5,12 +5,12 @@
 //! the C integers: idle for many periods, due exactly now, active with
 //! the work late, a sample over the period, a sample past u32, not due.
 
+use super::super::contract::PSI_ROWS;
+use super::super::decode::load_avg;
+use super::super::decode::test::decoder;
+use super::super::decode::test::full;
+use super::super::decode::test::slot;
 use super::*;
-use crate::bpf::contract::PSI_ROWS;
-use crate::bpf::decode::load_avg;
-use crate::bpf::decode::test::decoder;
-use crate::bpf::decode::test::full;
-use crate::bpf::decode::test::slot;
 
 /// HZ=250: jiffies_to_nsecs(2 * HZ + 1).
 const PERIOD: u64 = 2_004_000_000;
