@@ -8,11 +8,13 @@ set -eu
 : "${TREE:?run me under bstats-check frozen-tree}"
 # shellcheck source=tests/e2e/dump-rows.sh
 . /dump-rows.sh
+# shellcheck source=tests/vm/guest-lib.sh
+. /guest-lib.sh
 
 for b in bpf read; do
   echo "== below --cgroup-backend $b record"
   /below --cgroup-backend $b --store-dir /tmp/s-$b record --interval-s 1 --count 3
-  /below --store-dir /tmp/s-$b backends | grep -E "^ +memory.stat "
+  expect_backend /tmp/s-$b MemoryStat $b
   /below --store-dir /tmp/s-$b dump cgroup --begin "10m ago" --everything -O csv > /tmp/dump-$b
   last_rows /tmp/dump-$b > /tmp/rows-$b
   cat /tmp/rows-$b | cut -c1-200

@@ -10,6 +10,7 @@ record() {
   "$REPO_ROOT/tests/vm/run.sh" --kernel debian-7.3 --timeout 400 --add "$BELOW_BIN:/below" \
     --add "$CHECK_BIN:/bstats-check" --add "$REPO_ROOT/tests/e2e/record-guest.sh:/record-guest.sh" \
     --add "$REPO_ROOT/tests/e2e/dump-rows.sh:/dump-rows.sh" \
+    --add "$REPO_ROOT/tests/vm/guest-lib.sh:/guest-lib.sh" --add "$(command -v jq):/usr/bin/jq" \
     -- /bstats-check frozen-tree sh /record-guest.sh
 }
 

@@ -21,7 +21,7 @@ wget -q -S --header 'Accept: application/openmetrics-text; version=1.0.0' -O /tm
   http://127.0.0.1:9749/metrics 2> /tmp/headers
 grep -qi 'content-type: application/openmetrics-text; version=1.0.0' /tmp/headers || { cat /tmp/headers; echo "FAIL: content type"; exit 1; }
 [ "$(tail -n 1 /tmp/om)" = "# EOF" ] || { echo "FAIL: no # EOF"; exit 1; }
-/below --store-dir /tmp/s backends | grep -E "^ +memory.stat +bpf" || { /below --store-dir /tmp/s backends; echo "FAIL: memory.stat not from BPF"; exit 1; }
+expect_backend /tmp/s MemoryStat bpf
 for i in 1 2 3 4 5 6 7 8 9 10; do
   for m in below_cgroup_cpu_usage_seconds_total below_cgroup_memory_bytes below_cgroup_memory_anon_bytes \
            below_cgroup_tasks below_cgroup_pressure_memory_some_seconds_total; do

@@ -8,7 +8,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 guest() {
   "$REPO_ROOT/tests/vm/run.sh" --kernel debian-7.3 --timeout 300 --add "$BELOW_BIN:/below" \
     --add "$REPO_ROOT/tests/metrics/guest.sh:/metrics-guest.sh" \
-    --add "$REPO_ROOT/tests/vm/guest-lib.sh:/guest-lib.sh" -- sh /metrics-guest.sh
+    --add "$REPO_ROOT/tests/vm/guest-lib.sh:/guest-lib.sh" --add "$(command -v jq):/usr/bin/jq" -- sh /metrics-guest.sh
 }
 
 check "build" build_release

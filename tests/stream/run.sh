@@ -26,7 +26,8 @@ kselftest() {
 compare_and_record() {
   "$vm/run.sh" --kernel "$kernel" --timeout 300 --out "$work/out" \
     --add "$BELOW_BIN:/below" --add "$CHECK_BIN:/bstats-check" \
-    --add "$here/e2e-guest.sh:/e2e-guest.sh" -- sh /e2e-guest.sh
+    --add "$here/e2e-guest.sh:/e2e-guest.sh" \
+    --add "$vm/guest-lib.sh:/guest-lib.sh" --add "$(command -v jq):/usr/bin/jq" -- sh /e2e-guest.sh
 }
 
 replay() {

@@ -17,3 +17,18 @@ cgroup_top() {
     if grep -qw $c $CG/cgroup.subtree_control; then echo "+$c" > "$1/cgroup.subtree_control"; fi
   done
 }
+
+# backend_of STORE FILE: how the last recording in STORE reads FILE (as
+# `below backends --json` names it, e.g. MemoryStat): bpf, stream or read.
+# Needs /below and jq (the suite adds them).
+backend_of() {
+  /below --store-dir "$1" backends --json \
+    | jq -r --arg f "$2" '.[-1].plan.files[] | select(.file == $f) | .backend'
+}
+
+# expect_backend STORE FILE BACKEND: fails, with the plan, unless FILE is
+# read by BACKEND.
+expect_backend() {
+  got=$(backend_of "$1" "$2")
+  [ "$got" = "$3" ] || { /below --store-dir "$1" backends; echo "FAIL: $2 from ${got:-nothing}, not $3"; exit 1; }
+}
