@@ -22,7 +22,7 @@ BUILD_FIX_PATCHES=2
 UP=$CACHE/upstream
 LIBCLANG_DIR=/usr/lib/llvm-19/lib
 # Bump when the harness steps below change: trees are re-prepared.
-HARNESS_VERSION=2
+HARNESS_VERSION=3
 
 # What the series carries verbatim: "OURS THEIRS" per line, paths from
 # each repo's root (the program and its header next to upstream's BPF C,
@@ -38,15 +38,22 @@ shared_files() {
 }
 
 # A shared file as the series carries it into TREE: in upstream's cgroupfs
-# crate, `cgroupfs::` is `crate::`, and Rust is formatted with TREE's
-# rustfmt.toml (upstream's style; stable rustfmt skips its unstable keys).
+# crate, `cgroupfs::` is `crate::`, and Rust is formatted in upstream's
+# style (upstream_rustfmt).
 #   shared_file OURS TREE
 shared_file() {
   case "$1" in
-    *.rs) sed 's/\bcgroupfs::/crate::/g' "$REPO_ROOT/$1" \
-            | rustfmt --config-path "$2/rustfmt.toml" 2>/dev/null ;;
+    *.rs) sed 's/\bcgroupfs::/crate::/g' "$REPO_ROOT/$1" | upstream_rustfmt "$2" ;;
     *) cat "$REPO_ROOT/$1" ;;
   esac
+}
+
+# upstream_rustfmt TREE: TREE's rustfmt.toml with the pinned
+# nightly (its unstable keys: import grouping and granularity), stdin to
+# stdout.
+upstream_rustfmt() {
+  nightly_rustfmt
+  rustfmt "+$UPSTREAM_NIGHTLY" --edition 2024 --config-path "$1/rustfmt.toml" 2>/dev/null
 }
 
 upstream_available() { [ -n "$UPSTREAM_TARBALL" ] && [ -f "$UPSTREAM_TARBALL" ]; }
@@ -70,9 +77,17 @@ variant_key() {
     series_patches "$1" | while read -r p; do sha256_of "$p"; done; } | sha256sum | cut -c1-16
 }
 
+# The nightly toolchain for upstream's rustfmt.toml (unstable keys), pinned.
+UPSTREAM_NIGHTLY=nightly-2026-05-20
+nightly_rustfmt() {
+  rustup run "$UPSTREAM_NIGHTLY" rustfmt --version >/dev/null 2>&1 && return 0
+  log "installing $UPSTREAM_NIGHTLY (rustfmt) for upstream's rustfmt.toml"
+  rustup toolchain install "$UPSTREAM_NIGHTLY" --profile minimal --component rustfmt >&2
+}
+
 # Harness packages: bindgen's runtime feature dlopens libclang.so.
 upstream_deps() {
-  install_pkgs libclang-19-dev clang-19 libelf-dev zlib1g-dev pkg-config git
+  install_pkgs libclang-19-dev clang-19 libelf-dev zlib1g-dev pkg-config git jq
   mkdir -p "$UP/shim"
   # libbpf-cargo runs `clang`; Debian names it clang-19.
   ln -sf "$(command -v clang-19)" "$UP/shim/clang"
@@ -117,12 +132,18 @@ upstream_tree() {
 # Steps outside the series, committed as one "harness:" commit.
 harness_steps() {
   local dir=$1 f=$1/below/cgroupfs/Cargo.toml
+  # cgroupfs's parity tests are `#[test]` only under `vmtest`, which Meta's
+  # build declares and the open-source manifest does not: declared here so
+  # they can run in a guest (vmtest_binary).
+  grep -q '^\[features\]' "$f" || die "harness: no [features] in $f"
+  grep -q '^vmtest = ' "$f" || sed -i '/^\[features\]/a vmtest = []' "$f"
   # bindgen's `static` feature links libclang.a, which Debian does not ship.
   # (The series drops cgroupfs's bindgen: then there is nothing to switch.)
-  grep -q '^bindgen = ' "$f" || return 0
-  grep -q '^bindgen = .*"static"' "$f" || die "harness: no bindgen \"static\" feature in $f"
-  sed -i '/^bindgen = /s/"static"/"runtime"/' "$f"
-  ugit -C "$dir" commit -q -a -m "harness: bindgen runtime instead of static (Debian ships no libclang.a)"
+  if grep -q '^bindgen = ' "$f"; then
+    grep -q '^bindgen = .*"static"' "$f" || die "harness: no bindgen \"static\" feature in $f"
+    sed -i '/^bindgen = /s/"static"/"runtime"/' "$f"
+  fi
+  ugit -C "$dir" commit -q -a -m "harness: declare cgroupfs's vmtest feature; bindgen runtime, not static (Debian ships no libclang.a)"
 }
 
 # The target dir of a tree. One per tree: cargo hashes path crates by their
@@ -219,4 +240,32 @@ run_tests_locked() {
     grep -E "^(test .* FAILED|failures:|error)" "$log" | head -n 40 >&2
     die "$variant: cargo test failed (rc $rc, log $log)"
   fi
+}
+
+# cgroupfs's test binary for VARIANT with upstream's `vmtest` feature (its
+# BPF parity tests: root, cgroup2 at /sys/fs/cgroup, memcg kfuncs), copied to
+# $UP/bin/cgroupfs-vmtest-VARIANT; prints that path.
+vmtest_binary() {
+  upstream_available || die "no upstream tarball"
+  upstream_deps
+  (flock 8; vmtest_binary_locked "$1") 8>"$UP/.lock"
+}
+
+vmtest_binary_locked() {
+  local variant=$1 dir exe bin="$UP/bin/cgroupfs-vmtest-$1"
+  if [ -x "$bin" ] && [ "$(cat "$bin.key" 2>/dev/null)" = "$(variant_key "$variant")" ]; then
+    printf '%s\n' "$bin"; return
+  fi
+  dir=$(upstream_tree "$variant")
+  log "$variant: cargo test --release -p cgroupfs --features vmtest --no-run (log: $UP/vmtest-$variant.log)"
+  exe=$(ucargo "$dir" test --release -p cgroupfs --features vmtest --no-run --message-format=json \
+          2>"$UP/vmtest-$variant.log" \
+        | jq -r 'select(.reason == "compiler-artifact" and .target.name == "cgroupfs"
+                        and .profile.test == true) | .executable' | tail -n1) \
+    || { tail -n 40 "$UP/vmtest-$variant.log" >&2; die "$variant: cgroupfs vmtest build failed"; }
+  [ -x "$exe" ] || { tail -n 40 "$UP/vmtest-$variant.log" >&2; die "$variant: no cgroupfs test binary"; }
+  mkdir -p "$UP/bin"
+  cp -f "$exe" "$bin.tmp" && mv -f "$bin.tmp" "$bin"
+  variant_key "$variant" >"$bin.key"
+  printf '%s\n' "$bin"
 }

@@ -113,6 +113,7 @@ struct mem_cgroup___bstats {
 	struct page_counter memory;
 	struct page_counter swap;
 	unsigned long zswap_max;
+	bool oom_group;
 	atomic_long_t memory_events[1];
 	atomic_long_t memory_events_local[1];
 	struct mem_cgroup_per_node *nodeinfo[0];
@@ -631,6 +632,8 @@ static __always_inline void fill_memcg(struct record *r, struct cgroup *cgrp)
 	r->mem_max = COUNTER(memcg, memory, max);
 	r->swap_max = COUNTER(memcg, swap, max);
 	r->zswap_max = have_memcg_zswap_max() ? BPF_CORE_READ(memcg, zswap_max) : ABSENT;
+	/* Since 4.19: every kernel with cgroup iterators has it. */
+	r->mem_oom_group = BPF_CORE_READ(memcg, oom_group) ? 1 : 0;
 	if (have_memcg_events()) {
 		__u64 *dst = r->events;
 		__u32 n = READ_ARRAY(&memcg->memory_events,

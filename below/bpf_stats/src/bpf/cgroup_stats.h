@@ -303,6 +303,8 @@ struct record {
 	__u64 mem_max;
 	__u64 swap_max;
 	__u64 zswap_max;
+	/* memory.oom.group: 0 or 1 */
+	__u64 mem_oom_group;
 	__u64 events[NR_EVENTS];
 	__u64 events_local[NR_EVENTS];
 	__u64 memstat[NR_MS];

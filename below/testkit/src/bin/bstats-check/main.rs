@@ -97,6 +97,12 @@ enum Check {
         #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
         cmd: Vec<String>,
     },
+    /// Run CMD while parity's live tree stands and is stirred
+    #[command(hide = true)]
+    LiveTree {
+        #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
+        cmd: Vec<String>,
+    },
 }
 
 fn main() -> Result<()> {
@@ -118,6 +124,7 @@ fn main() -> Result<()> {
             backend,
         } => psi::idle_after_pressure(pressure, idle, backend),
         Check::FrozenTree { cmd } => frozen::frozen_tree(&cmd),
+        Check::LiveTree { cmd } => parity::live_tree(&cmd),
     }
 }
 

@@ -20,6 +20,8 @@ use std::time::Duration;
 use std::time::Instant;
 
 use anyhow::bail;
+use anyhow::ensure;
+use anyhow::Context;
 use anyhow::Result;
 use bpf_stats::BackendChoice;
 use bpf_stats::CgroupCollector;
@@ -118,6 +120,29 @@ pub fn parity(
         let stirred = stirrer.join().expect("stirrer panicked")?;
         println!("parity: meanwhile {stirred}");
         result
+    })
+}
+
+/// Runs `cmd` while the live tree stands and is stirred (for checks of
+/// other readers, e.g. upstream's vmtest parity tests); removes it after.
+pub fn live_tree(cmd: &[String]) -> Result<()> {
+    let root = cgroup_root()?;
+    let live = Live::new(&root)?;
+    println!("live tree: {} cgroups loaded", 1 + live.fx.created());
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        let stirrer = s.spawn(|| live.stir(&stop));
+        std::thread::sleep(Duration::from_secs(2));
+        let status = std::process::Command::new(&cmd[0])
+            .args(&cmd[1..])
+            .status()
+            .with_context(|| format!("running {cmd:?}"));
+        stop.store(true, Ordering::Relaxed);
+        let stirred = stirrer.join().expect("stirrer panicked")?;
+        println!("live tree: meanwhile {stirred}");
+        let status = status?;
+        ensure!(status.success(), "{cmd:?}: {status}");
+        Ok(())
     })
 }
 
