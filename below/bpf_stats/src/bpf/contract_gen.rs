@@ -2,8 +2,6 @@
 // scripts that compile cgroup_stats.bpf.c (`include!`d: build scripts
 // cannot share a module otherwise).
 
-use std::fmt::Write as _;
-
 /// The header without comments, continuation lines joined.
 fn logical_lines(text: &str) -> Vec<String> {
     let mut plain = String::new();
@@ -71,7 +69,7 @@ fn contract(path: &str, header: &str, absent: &[(&str, &str)]) -> String {
                     }
                 })
                 .collect();
-            writeln!(rust, "{}! {{{list} }}", name.to_lowercase()).unwrap();
+            rust += &format!("{}! {{{list} }}\n", name.to_lowercase());
             continue;
         }
         let Some((name, value)) = def.split_once(' ') else {
@@ -83,7 +81,7 @@ fn contract(path: &str, header: &str, absent: &[(&str, &str)]) -> String {
             v if v.parse::<usize>().is_ok() => ("usize", v),
             _ => continue,
         };
-        writeln!(rust, "pub(crate) const {name}: {ty} = {value};").unwrap();
+        rust += &format!("pub(crate) const {name}: {ty} = {value};\n");
     }
     rust
 }

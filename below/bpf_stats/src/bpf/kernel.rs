@@ -3,6 +3,8 @@
 //! machine's CPU and node id limits.
 
 use std::ffi::OsStr;
+use std::os::fd::AsRawFd;
+use std::os::fd::BorrowedFd;
 use std::path::Path;
 
 use libbpf_rs::btf::types;
@@ -245,7 +247,7 @@ pub(crate) struct Kernel {
     /// Where its values are, or why that is not known.
     pub(crate) numa_layout: std::result::Result<NumaLayout, String>,
     /// CONFIG_SWAP: memory.swap.* can exist (the boot may leave them
-    /// out: see probe.rs); else why not.
+    /// out: see [`swap_files_this_boot`]); else why not.
     pub(crate) swap_files: std::result::Result<(), String>,
 }
 
@@ -277,4 +279,29 @@ impl Kernel {
             swap_files,
         })
     }
+}
+
+/// Whether this boot has memory.swap.* and .zswap.* (swapaccount=0 or
+/// cgroup.memory=noswap leave them out on some kernels), from a cgroup
+/// under `root` with the memory controller: the files are the same in
+/// every such cgroup. With none, as CONFIG_SWAP says.
+pub(crate) fn swap_files_this_boot(root: BorrowedFd) -> std::result::Result<(), String> {
+    let dir = format!("/proc/self/fd/{}", root.as_raw_fd());
+    let Ok(children) = std::fs::read_dir(&dir) else {
+        return Ok(());
+    };
+    for child in children.flatten() {
+        let path = child.path();
+        if path.join("memory.current").exists() {
+            if path.join("memory.swap.current").exists() {
+                return Ok(());
+            }
+            let name = child.file_name();
+            return Err(format!(
+                "this boot has no memory.swap.* (none in {}: swapaccount=0 or cgroup.memory=noswap)",
+                name.to_string_lossy()
+            ));
+        }
+    }
+    Ok(())
 }

@@ -1,13 +1,13 @@
 //! What this kernel lets the BPF backend do, from its BTF (kernel.rs) and
 //! a trial pass: per stat file whether BPF serves it (and why not).
 
-use std::os::fd::AsRawFd;
 use std::os::fd::BorrowedFd;
 use std::path::Path;
 
 use regex::Regex;
 
 use super::contract::*;
+use super::kernel::swap_files_this_boot;
 use super::kernel::Kernel;
 use super::kernel::BTF_PATH;
 use super::load::Loaded;
@@ -24,31 +24,6 @@ pub(crate) struct Probe {
 
 pub(crate) fn probe(root_fd: BorrowedFd, filter: Option<Regex>) -> Probe {
     probe_with(root_fd, filter, None)
-}
-
-/// Whether this boot has memory.swap.* and .zswap.* (swapaccount=0 or
-/// cgroup.memory=noswap leave them out on some kernels), from a cgroup
-/// under `root` with the memory controller: the files are the same in
-/// every such cgroup. With none, as CONFIG_SWAP says.
-fn swap_files_this_boot(root: BorrowedFd) -> std::result::Result<(), String> {
-    let dir = format!("/proc/self/fd/{}", root.as_raw_fd());
-    let Ok(children) = std::fs::read_dir(&dir) else {
-        return Ok(());
-    };
-    for child in children.flatten() {
-        let path = child.path();
-        if path.join("memory.current").exists() {
-            if path.join("memory.swap.current").exists() {
-                return Ok(());
-            }
-            let name = child.file_name();
-            return Err(format!(
-                "this boot has no memory.swap.* (none in {}: swapaccount=0 or cgroup.memory=noswap)",
-                name.to_string_lossy()
-            ));
-        }
-    }
-    Ok(())
 }
 
 /// Why the program cannot read through a missing kernel fact.
