@@ -5,6 +5,7 @@
 //! - `cgroup_stats.bpf.c`, `cgroup_stats.h`: the program and the contract
 //!   (record layout and tables; `contract` is its Rust side, generated);
 //! - `load`: loading, running a pass, reading the records (all the unsafe);
+//! - `protocol`: which passes a sample runs (FULL, or RANK then WANTED);
 //! - `probe`: what this kernel allows, per stat file;
 //! - `decode`: a record to a `CgroupSample`.
 //!
@@ -23,11 +24,12 @@ mod kernel;
 mod kernel_test;
 mod load;
 mod probe;
+mod protocol;
 mod psi;
 mod sample;
 
 use std::collections::HashMap;
-use std::collections::HashSet;
+use std::os::fd::BorrowedFd;
 use std::time::Duration;
 use std::time::Instant;
 
@@ -39,7 +41,11 @@ use self::contract::Record;
 use self::decode::Decoder;
 use self::decode::PrevCputime;
 use self::load::Loaded;
+use self::load::Pass;
 pub(crate) use self::probe::probe;
+use self::protocol::Passes;
+use self::protocol::Rank;
+use self::protocol::Visible;
 use crate::ids::IdMap;
 use crate::read::RootText;
 use crate::read::Walker;
@@ -54,9 +60,21 @@ use crate::Tree;
 
 pub(crate) struct BpfBackend {
     loaded: Loaded,
-    filter: Option<Regex>,
+    view: View,
     root_text: Option<RootText>,
     prev_cputime: PrevCputime,
+    /// Thread CPU and wall time of the last sample's pass.
+    pub(crate) last_pass: (Duration, Duration),
+}
+
+/// The visible cgroups of the last pass (not filtered out, parent
+/// visible), and what is known of every cgroup seen.
+struct View {
+    filter: Option<Regex>,
+    /// Paths are learnt (a filter, keep pattern or text file needs them).
+    need_paths: bool,
+    /// The top-N always-keep pattern.
+    keep_re: Option<Regex>,
     /// What never changes for a cgroup, by id (cgroup2 cannot rename or
     /// move a cgroup): decoded and matched once, not every pass.
     known: IdMap<Known>,
@@ -67,8 +85,26 @@ pub(crate) struct BpfBackend {
     ids: IdMap<usize>,
     records: Vec<usize>,
     parents: Vec<Option<usize>>,
-    /// Thread CPU and wall time of the last sample's pass.
-    pub(crate) last_pass: (Duration, Duration),
+}
+
+/// The loaded program running passes under `root`.
+struct Program<'a> {
+    loaded: &'a mut Loaded,
+    root: BorrowedFd<'a>,
+}
+
+impl Passes for Program<'_> {
+    fn run_all(&mut self, mode: usize, rank_groups: u32) -> Result<Pass> {
+        self.loaded.run_all(self.root, mode, rank_groups)
+    }
+
+    fn records(&self, n: u32) -> &[Record] {
+        self.loaded.records(n)
+    }
+
+    fn records_mut(&mut self, n: u32) -> &mut [Record] {
+        self.loaded.records_mut(n)
+    }
 }
 
 struct Known {
@@ -88,14 +124,18 @@ impl BpfBackend {
     fn new(loaded: Loaded, filter: Option<Regex>) -> Self {
         BpfBackend {
             loaded,
-            filter,
+            view: View {
+                filter,
+                need_paths: false,
+                keep_re: None,
+                known: IdMap::default(),
+                pass: 0,
+                ids: IdMap::default(),
+                records: Vec::new(),
+                parents: Vec::new(),
+            },
             root_text: None,
             prev_cputime: HashMap::new(),
-            known: IdMap::default(),
-            pass: 0,
-            ids: IdMap::default(),
-            records: Vec::new(),
-            parents: Vec::new(),
             last_pass: Default::default(),
         }
     }
@@ -107,18 +147,10 @@ impl BpfBackend {
 
     /// One sample: `bpf` files from the records, `text` files read as text
     /// per cgroup (relative to `walker`'s root fd). With `top`, cgroups are
-    /// ranked over the records and only the selected ones decoded, unless
-    /// the ranked value is not in the record (io): then all are decoded
-    /// and the flag returned says the caller must still rank.
-    ///
-    /// Ranked by a value the record holds, a sample takes a RANK pass:
-    /// the tree and the ranked value of every cgroup, and in full the ones
-    /// the last sample kept. Most of a pass's cost is the per-cgroup reads,
-    /// so at 10,000 cgroups and top 200 it costs far less than a full
-    /// pass. When the ranking chooses a cgroup not read in full (the first
-    /// sample, a newcomer to the top N), a WANTED pass reads the chosen
-    /// ones; should the tree change between the two, a full pass reads it
-    /// again and the chosen cgroups are kept by id.
+    /// ranked over the records and only the selected ones decoded (the
+    /// passes: [`protocol`]), unless the ranked value is not in the record
+    /// (io): then all are decoded and the flag returned says the caller
+    /// must still rank.
     ///
     /// Fails only when the pass cannot run (the caller reads text instead).
     pub(crate) fn collect(
@@ -131,80 +163,42 @@ impl BpfBackend {
     ) -> Result<(Snapshot, bool, bool)> {
         let mut snap = Snapshot::default();
         let (cpu, wall) = (crate::thread_cpu_time(), Instant::now());
+        let view = &mut self.view;
+        view.keep_re = top.as_ref().and_then(|t| t.top.keep.clone());
+        view.need_paths = view.filter.is_some() || view.keep_re.is_some() || !text.is_empty();
+        let limits = *self.loaded.limits();
         let by = top.as_ref().map(|t| t.top.by);
-        let rank_groups = by.and_then(rank_groups);
-        let mode = match rank_groups {
-            Some(_) => contract::PASS_RANK,
-            None => contract::PASS_FULL,
+        let mut choose = |view: &View, records: &[Record], pass: &Pass| {
+            let rank = top.as_deref_mut().expect("a rank pass only with top");
+            let decoder = Decoder::new(&limits, pass);
+            let by = rank.top.by;
+            let scores: Vec<u64> = (view.records.iter())
+                .map(|&i| rank.score(records[i].id, decoder.rank_value(&records[i], by)))
+                .collect();
+            rank.end_pass();
+            let always: Vec<bool> = (view.records.iter())
+                .map(|&i| view.known[&records[i].id].always)
+                .collect();
+            rank.choose(&view.parents, scores, &always)
         };
-        let mut pass = self
-            .loaded
-            .run_all(walker.root_fd(), mode, rank_groups.unwrap_or(0))?;
-        let keep_re = top.as_ref().and_then(|t| t.top.keep.clone());
-        let need_paths = self.filter.is_some() || keep_re.is_some() || !text.is_empty();
-        self.index(pass.cgroups, need_paths, keep_re.as_ref());
-        let mut decoder = Decoder::new(self.loaded.limits(), &pass);
-        let mut keep = match top.as_deref_mut() {
-            Some(rank) if by != Some(TopBy::Io) => {
-                let records = self.loaded.records(pass.cgroups);
-                let by = rank.top.by;
-                let scores: Vec<u64> = self
-                    .records
-                    .iter()
-                    .map(|&i| rank.score(records[i].id, decoder.rank_value(&records[i], by)))
-                    .collect();
-                rank.end_pass();
-                let always: Vec<bool> = self
-                    .records
-                    .iter()
-                    .map(|&i| self.known[&records[i].id].always)
-                    .collect();
-                Some(rank.choose(&self.parents, scores, &always))
-            }
-            _ => None,
+        let rank = by.and_then(rank_groups).map(|groups| Rank {
+            groups,
+            choose: &mut choose,
+        });
+        let mut program = Program {
+            loaded: &mut self.loaded,
+            root: walker.root_fd(),
         };
-        if let (Some(keep), true) = (&mut keep, mode == contract::PASS_RANK) {
-            let n = pass.cgroups;
-            let records = self.loaded.records_mut(n);
-            // The RANK pass read in full what the last sample kept.
-            let complete =
-                (self.records.iter().zip(keep.iter())).all(|(&i, &k)| !k || records[i].want != 0);
-            records.iter_mut().for_each(|r| r.want = 0);
-            for (&i, &k) in self.records.iter().zip(keep.iter()) {
-                records[i].want = k as u64;
-            }
-            if !complete {
-                // The chosen ids, taken now: a pass that grows the map
-                // replaces these records.
-                let kept: HashSet<u64> = (self.records.iter().zip(keep.iter()))
-                    .filter(|(_, &k)| k)
-                    .map(|(&i, _)| records[i].id)
-                    .collect();
-                pass = self
-                    .loaded
-                    .run_all(walker.root_fd(), contract::PASS_WANTED, 0)?;
-                if pass.moved || pass.cgroups != n {
-                    pass = self
-                        .loaded
-                        .run_all(walker.root_fd(), contract::PASS_FULL, 0)?;
-                    self.index(pass.cgroups, need_paths, keep_re.as_ref());
-                    let records = self.loaded.records(pass.cgroups);
-                    *keep = self
-                        .records
-                        .iter()
-                        .map(|&i| kept.contains(&records[i].id))
-                        .collect();
-                }
-            }
-        }
+        let sampled = protocol::sample(&mut program, view, rank)?;
+        let (pass, keep) = (sampled.pass, sampled.keep);
         self.last_pass = (crate::thread_cpu_time() - cpu, wall.elapsed());
-        decoder.memory_nodes = pass.memory_nodes;
-        decoder.psi_clock = pass.psi_clock;
+        let decoder = Decoder::new(&limits, &pass);
         let records = self.loaded.records(pass.cgroups);
+        let view = &self.view;
         // The visible cgroups that are kept, and the node index of each.
-        let mut kept = Vec::with_capacity(self.records.len());
-        let mut node_of = vec![usize::MAX; self.records.len()];
-        for j in 0..self.records.len() {
+        let mut kept = Vec::with_capacity(view.records.len());
+        let mut node_of = vec![usize::MAX; view.records.len()];
+        for j in 0..view.records.len() {
             if keep.as_ref().is_some_and(|k| !k[j]) {
                 snap.dropped += 1;
             } else {
@@ -212,14 +206,14 @@ impl BpfBackend {
                 kept.push(j);
             }
         }
-        let known = &self.known;
-        let name = |j: usize| known[&records[self.records[j]].id].name.as_str();
-        let parents = &self.parents;
+        let known = &view.known;
+        let name = |j: usize| known[&records[view.records[j]].id].name.as_str();
+        let parents = &view.parents;
         let parent = |j: usize| parents[j].map(|p| node_of[p]);
         let mut prev = std::mem::take(&mut self.prev_cputime);
         let root_text = &mut self.root_text;
         let mut fill = |j: usize, sample: &mut CgroupSample, errors: &mut Vec<FileError>| {
-            let r = &records[self.records[j]];
+            let r = &records[view.records[j]];
             decoder.fill(r, bpf, &mut prev, sample);
             if r.level == 0 {
                 root_text
@@ -255,22 +249,34 @@ impl BpfBackend {
             }
         };
         // Keep history only for cgroups that still exist.
-        prev.retain(|id, _| self.ids.contains_key(id));
+        prev.retain(|id, _| view.ids.contains_key(id));
         self.prev_cputime = prev;
-        let pass = self.pass;
-        self.known.retain(|_, k| k.seen == pass);
+        let view = &mut self.view;
+        let pass = view.pass;
+        view.known.retain(|_, k| k.seen == pass);
         Ok((snap, still_rank, in_tree))
     }
+}
 
-    /// Indexes the first `n` records: the visible cgroups (not filtered,
+impl Visible for View {
+    fn index(&mut self, records: &[Record]) {
+        View::index(self, records)
+    }
+
+    fn visible(&self) -> &[usize] {
+        &self.records
+    }
+}
+
+impl View {
+    /// Indexes a pass's records: the visible cgroups (not filtered,
     /// parent visible) in pre-order, each one's parent, and what is known
     /// of each (learnt the first time its id is seen).
-    fn index(&mut self, n: u32, need_paths: bool, keep_re: Option<&Regex>) {
+    fn index(&mut self, records: &[Record]) {
         self.pass += 1;
         self.ids.clear();
         self.records.clear();
         self.parents.clear();
-        let records = self.loaded.records(n);
         for (i, r) in records.iter().enumerate() {
             let parent = if i == 0 {
                 None
@@ -282,7 +288,7 @@ impl BpfBackend {
                 }
             };
             if !self.known.contains_key(&r.id) {
-                let k = self.learn(r, parent.is_some(), need_paths, keep_re);
+                let k = self.learn(r, parent.is_some());
                 self.known.insert(r.id, k);
             }
             let k = self.known.get_mut(&r.id).expect("inserted above");
@@ -297,7 +303,8 @@ impl BpfBackend {
     }
 
     /// What is fixed for the life of a cgroup (its parent is known).
-    fn learn(&self, r: &Record, child: bool, need_paths: bool, keep: Option<&Regex>) -> Known {
+    fn learn(&self, r: &Record, child: bool) -> Known {
+        let (need_paths, keep) = (self.need_paths, self.keep_re.as_ref());
         let name = if child {
             decode::name(r)
         } else {

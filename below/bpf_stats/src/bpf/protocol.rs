@@ -1,0 +1,110 @@
+//! Which passes a sample runs, over whatever runs them ([`Passes`]: the
+//! loaded program, or a test's model of it).
+//!
+//! Without ranking a sample is one FULL pass. Ranked by a value the record
+//! holds, it is a RANK pass (the tree and the ranked value of every cgroup,
+//! and in full the ones user space marked `want`: those the last sample
+//! kept). When the choice holds a cgroup that pass did not read in full (the
+//! first sample, a newcomer to the top N), a WANTED pass reads the chosen
+//! ones; should the tree change between the two (a record holds another
+//! cgroup, or the count differs), a FULL pass reads it again and the choice
+//! is kept by cgroup id.
+
+use std::collections::HashSet;
+
+use anyhow::Result;
+
+use super::contract::Record;
+use super::contract::PASS_FULL;
+use super::contract::PASS_RANK;
+use super::contract::PASS_WANTED;
+use super::load::Pass;
+
+/// Runs passes and lends their records.
+pub(crate) trait Passes {
+    /// One pass of `mode` (PASS_*; `rank_groups`: the HAS_* groups a RANK
+    /// pass reads) over every cgroup: the records grow to hold them (their
+    /// `want` marks are lost then).
+    fn run_all(&mut self, mode: usize, rank_groups: u32) -> Result<Pass>;
+    /// The first `n` records.
+    fn records(&self, n: u32) -> &[Record];
+    /// As [`Passes::records`], to mark `want`.
+    fn records_mut(&mut self, n: u32) -> &mut [Record];
+}
+
+/// The cgroups a sample shows, by record index, learnt anew after each
+/// pass that may have moved them.
+pub(crate) trait Visible {
+    fn index(&mut self, records: &[Record]);
+    /// Record index of each visible cgroup, in pre-order.
+    fn visible(&self) -> &[usize];
+}
+
+/// What a sample's passes leave: the last pass (its records hold every
+/// kept cgroup in full) and, when ranked, which visible cgroups to keep.
+pub(crate) struct Sampled {
+    pub(crate) pass: Pass,
+    pub(crate) keep: Option<Vec<bool>>,
+}
+
+/// The choice over the visible cgroups of a pass: keep or not, each.
+pub(crate) type Choose<'a, V> = dyn FnMut(&V, &[Record], &Pass) -> Vec<bool> + 'a;
+
+/// How a sample ranks over the records: the HAS_* groups a RANK pass
+/// reads, and the choice.
+pub(crate) struct Rank<'a, V> {
+    pub(crate) groups: u32,
+    pub(crate) choose: &'a mut Choose<'a, V>,
+}
+
+/// Runs one sample's passes (see the module's doc).
+pub(crate) fn sample<P: Passes, V: Visible>(
+    p: &mut P,
+    view: &mut V,
+    rank: Option<Rank<'_, V>>,
+) -> Result<Sampled> {
+    let Some(rank) = rank else {
+        let pass = p.run_all(PASS_FULL, 0)?;
+        view.index(p.records(pass.cgroups));
+        return Ok(Sampled { pass, keep: None });
+    };
+    let mut pass = p.run_all(PASS_RANK, rank.groups)?;
+    let n = pass.cgroups;
+    view.index(p.records(n));
+    let mut keep = (rank.choose)(view, p.records(n), &pass);
+    let records = p.records_mut(n);
+    // The RANK pass read in full what was marked: is that all we keep?
+    let complete = (view.visible().iter().zip(&keep)).all(|(&i, &k)| !k || records[i].want != 0);
+    records.iter_mut().for_each(|r| r.want = 0);
+    for (&i, &k) in view.visible().iter().zip(&keep) {
+        records[i].want = k as u64;
+    }
+    if complete {
+        return Ok(Sampled {
+            pass,
+            keep: Some(keep),
+        });
+    }
+    // Taken now: a pass that grows the map replaces these records.
+    let kept: HashSet<u64> = (view.visible().iter().zip(&keep))
+        .filter(|&(_, &k)| k)
+        .map(|(&i, _)| records[i].id)
+        .collect();
+    pass = p.run_all(PASS_WANTED, 0)?;
+    if pass.moved || pass.cgroups != n {
+        pass = p.run_all(PASS_FULL, 0)?;
+        let records = p.records(pass.cgroups);
+        view.index(records);
+        keep = (view.visible().iter())
+            .map(|&i| kept.contains(&records[i].id))
+            .collect();
+    }
+    Ok(Sampled {
+        pass,
+        keep: Some(keep),
+    })
+}
+
+#[cfg(test)]
+#[path = "protocol_test.rs"]
+mod test;
