@@ -870,7 +870,7 @@ fn run(
         .filter(|f| f.is_pressure())
         .collect();
     let quiet_files = files.intersection(pressure);
-    let mut walker = bpf_stats::read::Walker::new(root, None)?;
+    let mut walker = bpf_stats::Walker::new(root, None)?;
     let mut tree = Tree::default();
     let mut ck = Checker::new(files);
     let mut planted = Planted::default();
