@@ -1,6 +1,22 @@
 //! Cgroup stat collection for below without parsing text where the kernel
 //! allows it: a BPF cgroup iterator, kernel-flushed stream files, or plain
 //! reads of the cgroupfs text files, chosen per file.
+//!
+//! How a sample flows:
+//! 1. At start, [`CgroupCollector::new`] probes BPF (`bpf::probe`: load
+//!    the program, one trial pass, the kernel's facts) and streams, and
+//!    [`Plan::choose`] gives each [`StatFile`] a backend, with the reason.
+//! 2. Each sample ([`CgroupCollector::collect_into`]): streams wait for
+//!    the kernel's next flush; the BPF backend runs its passes
+//!    (`bpf::protocol`: FULL, or RANK then WANTED under top-N), indexes
+//!    the records into the visible tree and decodes each kept cgroup
+//!    (`bpf::decode`), reading as text only the files the plan gives to
+//!    plain read (`read::Walker`); without BPF the walker walks the tree.
+//! 3. Streams then fill their files; plain read and streams rank after
+//!    reading (`top::prune`); a failed pass reads that sample as text.
+//! 4. The result is a [`Tree`] of below's `CgroupSample`s (updated in
+//!    place when its shape did not change) and a [`Snapshot`] of errors
+//!    and notes.
 
 mod bpf;
 mod collector;
