@@ -140,10 +140,30 @@ impl Ranker {
         }
     }
 
+    /// Which of one pass's nodes to keep: `parents` in pre-order (see
+    /// [`select`]), each node's cgroup id and ranked value, and whether it
+    /// is always kept. Every backend's top-N is this choice.
+    pub(crate) fn rank(
+        &mut self,
+        parents: &[Option<usize>],
+        value: impl Fn(usize) -> (u64, Option<u64>),
+        always: impl Fn(usize) -> bool,
+    ) -> Vec<bool> {
+        let scores = (0..parents.len())
+            .map(|i| {
+                let (id, v) = value(i);
+                self.score(id, v)
+            })
+            .collect();
+        self.end_pass();
+        let always: Vec<bool> = (0..parents.len()).map(always).collect();
+        self.choose(parents, scores, &always)
+    }
+
     /// The score of one cgroup this pass (call once per cgroup, then
     /// [`Ranker::end_pass`]). A cgroup not seen at the previous pass is new
     /// since then (or this is the first pass): its whole counter counts.
-    pub(crate) fn score(&mut self, id: u64, value: Option<u64>) -> u64 {
+    fn score(&mut self, id: u64, value: Option<u64>) -> u64 {
         let Some(v) = value else { return 0 };
         self.next.insert(id, v);
         if !self.top.by.is_counter() {
@@ -157,7 +177,7 @@ impl Ranker {
     /// its children's): the busiest are where the work is, and a parent
     /// that only sums them comes along as their ancestor without taking
     /// one of the N places.
-    pub(crate) fn choose(
+    fn choose(
         &self,
         parents: &[Option<usize>],
         mut scores: Vec<u64>,
@@ -178,7 +198,7 @@ impl Ranker {
     }
 
     /// Forgets cgroups not seen this pass.
-    pub(crate) fn end_pass(&mut self) {
+    fn end_pass(&mut self) {
         std::mem::swap(&mut self.prev, &mut self.next);
         self.next.clear();
     }
@@ -224,23 +244,17 @@ pub(crate) fn select(
 pub(crate) fn prune(ranker: &mut Ranker, snap: &mut Snapshot) {
     let by = ranker.top.by;
     let parents: Vec<Option<usize>> = snap.nodes.iter().map(|n| n.parent).collect();
-    let scores: Vec<u64> = snap
-        .nodes
-        .iter()
-        .map(|n| {
+    let re = ranker.top.keep.clone();
+    let nodes = &snap.nodes;
+    let keep = ranker.rank(
+        &parents,
+        |i| {
+            let n = &nodes[i];
             let id = n.sample.inode_number.unwrap_or(-1) as u64;
-            let value = n.parent.and(by.value(&n.sample));
-            ranker.score(id, value)
-        })
-        .collect();
-    ranker.end_pass();
-    let always: Vec<bool> = (0..snap.nodes.len())
-        .map(|i| {
-            let re = ranker.top.keep.as_ref();
-            i > 0 && re.is_some_and(|re| re.is_match(&snap.path_of(i)))
-        })
-        .collect();
-    let keep = ranker.choose(&parents, scores, &always);
+            (id, n.parent.and(by.value(&n.sample)))
+        },
+        |i| i > 0 && re.as_ref().is_some_and(|re| re.is_match(&snap.path_of(i))),
+    );
     snap.retain(&keep);
 }
 

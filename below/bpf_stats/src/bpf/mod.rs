@@ -172,14 +172,12 @@ impl BpfBackend {
             let rank = top.as_deref_mut().expect("a rank pass only with top");
             let decoder = Decoder::new(&limits, pass);
             let by = rank.top.by;
-            let scores: Vec<u64> = (view.records.iter())
-                .map(|&i| rank.score(records[i].id, decoder.rank_value(&records[i], by)))
-                .collect();
-            rank.end_pass();
-            let always: Vec<bool> = (view.records.iter())
-                .map(|&i| view.known[&records[i].id].always)
-                .collect();
-            rank.choose(&view.parents, scores, &always)
+            let record = |j: usize| &records[view.records[j]];
+            rank.rank(
+                &view.parents,
+                |j| (record(j).id, decoder.rank_value(record(j), by)),
+                |j| view.known[&record(j).id].always,
+            )
         };
         let rank = by.and_then(rank_groups).map(|groups| Rank {
             groups,
