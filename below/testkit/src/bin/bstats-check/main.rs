@@ -8,6 +8,7 @@ mod compare;
 mod cost;
 mod frozen;
 mod parity;
+mod procs;
 mod psi;
 mod served;
 
@@ -91,6 +92,12 @@ enum Check {
         #[arg(default_value = "auto")]
         backend: BackendChoice,
     },
+    /// Varied processes stopped with SIGSTOP: the BPF process backend ==
+    /// fb_procfs, every PidInfo field
+    ProcsFrozen,
+    /// A process for procs-frozen (re-executed by it)
+    #[command(hide = true)]
+    ProcsChild(procs::ChildArgs),
     /// Run CMD while a small loaded tree stands frozen (for guest scripts)
     #[command(hide = true)]
     FrozenTree {
@@ -125,6 +132,8 @@ fn main() -> Result<()> {
         } => psi::idle_after_pressure(pressure, idle, backend),
         Check::FrozenTree { cmd } => frozen::frozen_tree(&cmd),
         Check::LiveTree { cmd } => parity::live_tree(&cmd),
+        Check::ProcsFrozen => procs::frozen(),
+        Check::ProcsChild(a) => procs::child(a),
     }
 }
 

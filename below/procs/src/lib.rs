@@ -1,0 +1,345 @@
+//! Processes for below's sample without /proc text: one pass of a
+//! sleepable BPF task iterator (`iter.s/task`) prints every task's
+//! numbers; user space sums each thread group as /proc/PID/stat does and
+//! fills below's `procfs::PidInfo` unchanged — every field fb_procfs
+//! fills. The exe link is read once per process image (cached by pid,
+//! start time and the executable's inode); cgroup paths from the cgroup id
+//! through a cache of the cgroup tree, rescanned when an id is new.
+//!
+//! What a kernel lacks is found by the program itself (CO-RE facts in the
+//! pass's first record); `ProcessBackend::Auto` falls back to fb_procfs
+//! with the reason. A few values go to /proc per process, each with its
+//! flag in the record: kernel threads whose /proc name is not `comm`,
+//! command lines that could not be copied, NStgid deeper than NS_LEVELS.
+
+mod decode;
+mod load;
+mod raw;
+
+#[cfg(test)]
+mod decode_test;
+
+mod skel {
+    include!(concat!(env!("OUT_DIR"), "/task_stats.skel.rs"));
+}
+
+use std::collections::HashMap;
+use std::fmt;
+use std::path::Path;
+use std::path::PathBuf;
+use std::str::FromStr;
+
+use anyhow::bail;
+use anyhow::Context;
+use anyhow::Result;
+
+pub use decode::cputime_adjust;
+pub use decode::Units;
+use skel::types::proc_flags;
+use skel::types::task_fact;
+
+/// What the user asked for (`--process-backend`, config `process_backend`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ProcessBackend {
+    /// BPF where the kernel allows it, else procfs (with the reason).
+    #[default]
+    Auto,
+    /// BPF or fail with the reason.
+    Bpf,
+    /// fb_procfs: /proc text, as below 0.9.
+    Procfs,
+}
+
+impl FromStr for ProcessBackend {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s {
+            "auto" => Ok(ProcessBackend::Auto),
+            "bpf" => Ok(ProcessBackend::Bpf),
+            "procfs" => Ok(ProcessBackend::Procfs),
+            _ => Err(format!(
+                "unknown process backend {s:?} (expected auto, bpf or procfs)"
+            )),
+        }
+    }
+}
+
+impl fmt::Display for ProcessBackend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            ProcessBackend::Auto => "auto",
+            ProcessBackend::Bpf => "bpf",
+            ProcessBackend::Procfs => "procfs",
+        })
+    }
+}
+
+/// The facts without which the records cannot give what /proc prints,
+/// with what each is.
+const REQUIRED: &[(task_fact, &str)] = &[
+    (
+        task_fact::FACT_TASK_STATE,
+        "struct member task_struct.__state",
+    ),
+    (
+        task_fact::FACT_TASK_CPU,
+        "struct member task_struct.thread_info.cpu",
+    ),
+    (
+        task_fact::FACT_START_BOOTTIME,
+        "struct member task_struct.start_boottime",
+    ),
+    (
+        task_fact::FACT_PREV_CPUTIME,
+        "struct member signal_struct.prev_cputime (CONFIG_VIRT_CPU_ACCOUNTING_NATIVE has none)",
+    ),
+    (task_fact::FACT_TGID_PID, "signal_struct.pids[PIDTYPE_TGID]"),
+];
+
+/// Why the facts of a pass are not enough, or None.
+fn missing(facts: u32) -> Option<String> {
+    let has = |f: task_fact| facts & f.0 != 0;
+    let mut lacks: Vec<&str> = REQUIRED
+        .iter()
+        .filter(|(f, _)| !has(*f))
+        .map(|(_, what)| *what)
+        .collect();
+    let percpu = has(task_fact::FACT_RSS_PERCPU);
+    if !percpu && !has(task_fact::FACT_RSS_ATOMIC) {
+        lacks.push("a known mm_struct.rss_stat layout");
+    }
+    if percpu && !has(task_fact::FACT_PER_CPU_OFFSET) {
+        lacks.push("the per-CPU offsets (struct bpf_array.pptrs; at most 1024 CPUs) to sum the per-CPU rss counters as /proc/PID/status does");
+    }
+    (!lacks.is_empty()).then(|| format!("kernel lacks {}", lacks.join(", ")))
+}
+
+/// Which backend reads processes, and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Plan {
+    /// "bpf" or "procfs".
+    pub backend: &'static str,
+    pub reason: String,
+}
+
+/// Reads every process's `PidInfo`, from BPF or from procfs.
+pub struct Processes {
+    plan: Plan,
+    bpf: Option<BpfProcesses>,
+    procfs: procfs::ProcReader,
+}
+
+impl Processes {
+    /// Probes what `choice` allows on this kernel. `cgroup_root`: the
+    /// cgroup2 directory process cgroup paths are relative to (as in
+    /// /proc/PID/cgroup when it is the cgroup namespace's root). Err only
+    /// for `Bpf` when BPF cannot serve, with the reason.
+    pub fn new(choice: ProcessBackend, cgroup_root: &Path) -> Result<Self> {
+        let (bpf, plan) = match choice {
+            ProcessBackend::Procfs => (
+                None,
+                Plan {
+                    backend: "procfs",
+                    reason: "asked for (--process-backend procfs)".into(),
+                },
+            ),
+            _ => match BpfProcesses::new(cgroup_root) {
+                Ok(b) => (
+                    Some(b),
+                    Plan {
+                        backend: "bpf",
+                        reason: "task iterator: stat, status, io, cgroup and cmdline from one pass; exe read once per process image".into(),
+                    },
+                ),
+                Err(e) if choice == ProcessBackend::Auto => (
+                    None,
+                    Plan {
+                        backend: "procfs",
+                        reason: format!("{e:#}"),
+                    },
+                ),
+                Err(e) => return Err(e.context("--process-backend bpf cannot run")),
+            },
+        };
+        Ok(Processes {
+            plan,
+            bpf,
+            procfs: procfs::ProcReader::new(),
+        })
+    }
+
+    pub fn plan(&self) -> &Plan {
+        &self.plan
+    }
+
+    /// Every process, as `procfs::ProcReader::read_all_pids` gives them.
+    pub fn read_all_pids(&mut self) -> Result<procfs::PidMap> {
+        match &mut self.bpf {
+            Some(b) => b.read_all_pids(&self.procfs),
+            None => Ok(self.procfs.read_all_pids()?),
+        }
+    }
+}
+
+/// CLOCK_BOOTTIME in whole seconds, as fb_procfs reads it.
+fn uptime_secs() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes the timespec we own.
+    unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut ts) };
+    ts.tv_sec as u64
+}
+
+/// The exe link of a process image: (start time, exe inode, exe device).
+type ImageKey = (u64, u64, u64);
+
+/// The BPF backend and its caches.
+pub struct BpfProcesses {
+    iter: load::TaskIter,
+    out: Vec<u8>,
+    units: Units,
+    cgroups: CgroupPaths,
+    exes: HashMap<i32, (ImageKey, Option<String>)>,
+}
+
+impl BpfProcesses {
+    /// Loads the program and runs one pass to check the kernel's facts.
+    pub fn new(cgroup_root: &Path) -> Result<Self> {
+        let iter = load::TaskIter::load()?;
+        let mut b = BpfProcesses {
+            iter,
+            out: Vec::new(),
+            units: Units::of_this_system(),
+            cgroups: CgroupPaths::new(cgroup_root),
+            exes: HashMap::new(),
+        };
+        b.iter.pass(&mut b.out)?;
+        let pass = decode::parse(&b.out)?;
+        if let Some(why) = missing(pass.facts) {
+            bail!(why);
+        }
+        Ok(b)
+    }
+
+    /// One pass; values /proc must give are read there (`procfs`), each
+    /// for the processes whose record says so.
+    pub fn read_all_pids(&mut self, procfs: &procfs::ProcReader) -> Result<procfs::PidMap> {
+        self.iter.pass(&mut self.out)?;
+        let pass = decode::parse(&self.out)?;
+        if let Some(why) = missing(pass.facts) {
+            bail!(why);
+        }
+        let uptime = uptime_secs();
+        let mut map = procfs::PidMap::new();
+        let mut seen = HashMap::with_capacity(self.exes.len());
+        'procs: for (p, cmd) in &pass.procs {
+            let pid = p.head.tgid;
+            let threads = pass.threads.get(&pid).copied().unwrap_or_default();
+            let mut info = decode::pid_info(p, &threads, pass.facts, self.units, uptime);
+            let flag = |f: proc_flags| p.flags & f.0 != 0;
+            // A process gone before its /proc files are read is left out,
+            // as fb_procfs does.
+            macro_rules! from_proc {
+                ($e:expr) => {
+                    match $e {
+                        Ok(v) => v,
+                        Err(_) => continue 'procs,
+                    }
+                };
+            }
+            if flag(proc_flags::PROC_COMM_PROC) {
+                info.stat.comm = from_proc!(procfs.read_pid_stat(pid as u32)).comm;
+            }
+            if flag(proc_flags::PROC_NS_DEEP) {
+                info.status.ns_tgid = from_proc!(procfs.read_pid_mem(pid as u32)).ns_tgid;
+            }
+            info.cmdline_vec = if flag(proc_flags::PROC_CMDLINE_PROC) {
+                from_proc!(procfs.read_pid_cmdline(pid as u32))
+            } else {
+                decode::cmdline(p, cmd)
+            };
+            info.cgroup = match self.cgroups.path(p.cgroup_id) {
+                Some(path) => path,
+                None => from_proc!(procfs.read_pid_cgroup(pid as u32)),
+            };
+            if flag(proc_flags::PROC_HAS_EXE) {
+                let key = (p.start_boottime_ns, p.exe_ino, p.exe_dev);
+                let exe = match self.exes.remove(&pid) {
+                    Some((k, exe)) if k == key => exe,
+                    // Errors are swallowed, as fb_procfs does (kernel
+                    // threads, broken links).
+                    _ => procfs.read_pid_exe_path(pid as u32).ok(),
+                };
+                info.exe_path = exe.clone();
+                seen.insert(pid, (key, exe));
+            }
+            map.insert(pid, info);
+        }
+        self.exes = seen;
+        Ok(map)
+    }
+}
+
+/// cgroup id (the kernfs id: the directory's inode number) → path below
+/// the cgroup root as /proc/PID/cgroup prints it; rescanned on a new id.
+struct CgroupPaths {
+    root: PathBuf,
+    paths: HashMap<u64, String>,
+}
+
+impl CgroupPaths {
+    fn new(root: &Path) -> Self {
+        CgroupPaths {
+            root: root.to_owned(),
+            paths: HashMap::new(),
+        }
+    }
+
+    fn path(&mut self, id: u64) -> Option<String> {
+        if !self.paths.contains_key(&id) {
+            self.paths.clear();
+            scan(&self.root, "", &mut self.paths);
+        }
+        self.paths.get(&id).cloned()
+    }
+}
+
+/// Every cgroup directory under `dir` by inode number. Directories that
+/// vanish while scanned are skipped.
+fn scan(dir: &Path, rel: &str, paths: &mut HashMap<u64, String>) {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(meta) = std::fs::metadata(dir) else {
+        return;
+    };
+    paths.insert(
+        meta.ino(),
+        if rel.is_empty() {
+            "/".into()
+        } else {
+            rel.into()
+        },
+    );
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        if e.file_type().is_ok_and(|t| t.is_dir()) {
+            let name = e.file_name();
+            scan(
+                &e.path(),
+                &format!("{rel}/{}", name.to_string_lossy()),
+                paths,
+            );
+        }
+    }
+}
+
+/// Reads the kernel's facts with one pass, for `below backends --now` and
+/// tests: Err says why BPF cannot serve processes here.
+pub fn probe(cgroup_root: &Path) -> Result<()> {
+    BpfProcesses::new(cgroup_root)
+        .map(|_| ())
+        .context("processes: BPF unavailable")
+}
