@@ -50,6 +50,11 @@ struct Opt {
     /// file, the first that works in that order). Config key: cgroup_backend.
     #[clap(long, global = true, display_order = 100)]
     cgroup_backend: Option<BackendChoice>,
+    /// Where processes come from: bpf (one task-iterator pass), procfs
+    /// (/proc text, as below 0.9), or auto (bpf if this kernel allows it,
+    /// else procfs with the reason). Config key: process_backend.
+    #[clap(long, global = true, display_order = 100)]
+    process_backend: Option<bstats_procs::ProcessBackend>,
     /// cgroup2 directory to sample [default: config cgroup_root, else the
     /// cgroup2 mount found in /proc/self/mountinfo]
     #[clap(long, global = true, display_order = 100)]
@@ -158,6 +163,7 @@ enum Command {
 #[derive(Debug, Default, Deserialize)]
 struct ExtraConfig {
     cgroup_backend: Option<BackendChoice>,
+    process_backend: Option<bstats_procs::ProcessBackend>,
     cgroup_root: Option<PathBuf>,
     listen: Option<std::net::SocketAddr>,
     #[serde(default)]
@@ -170,6 +176,7 @@ struct ExtraConfig {
 struct Config {
     below: BelowConfig,
     backend: BackendChoice,
+    process_backend: bstats_procs::ProcessBackend,
     cgroup_root: PathBuf,
     debug: bool,
     listen: Option<std::net::SocketAddr>,
@@ -198,6 +205,10 @@ fn load_config(opt: &Opt) -> Result<Config> {
         backend: opt
             .cgroup_backend
             .or(extra.cgroup_backend)
+            .unwrap_or_default(),
+        process_backend: opt
+            .process_backend
+            .or(extra.process_backend)
             .unwrap_or_default(),
         cgroup_root,
         debug: opt.debug,
@@ -309,11 +320,19 @@ fn new_collector(
     top: Option<bpf_stats::TopN>,
 ) -> Result<(bstats_model::Collector, Option<bstats_exitstats::ExitStats>)> {
     let exit_data = Arc::default();
-    let c = bstats_model::Collector::new(
+    let mut c = bstats_model::Collector::new(
         logger.clone(),
         &cgroup_options(cfg, opts.collect_io_stat, Some(interval), top)?,
         below_options(cfg, opts, Arc::clone(&exit_data)),
     )?;
+    let procs = new_processes(cfg)?;
+    info!(
+        logger,
+        "processes (--process-backend {}): {}",
+        cfg.process_backend,
+        plan_line(procs.plan())
+    );
+    c.set_processes(procs);
     info!(
         logger,
         "cgroup root {}; backend per cgroup file (--cgroup-backend {}):\n{}",
@@ -324,6 +343,17 @@ fn new_collector(
     // After the collector: a probe that fails must stay the one error line.
     let exits = bstats_exitstats::setup(logger, !opts.disable_exitstats, exit_data);
     Ok((c, exits))
+}
+
+/// Process cgroup paths are relative to the cgroup2 mount (as
+/// /proc/PID/cgroup prints them), not to --cgroup-root.
+fn new_processes(cfg: &Config) -> Result<bstats_procs::Processes> {
+    let mount = bpf_stats::find_cgroup2_mount().unwrap_or_else(|_| cfg.cgroup_root.clone());
+    bstats_procs::Processes::new(cfg.process_backend, &mount)
+}
+
+fn plan_line(p: &bstats_procs::Plan) -> String {
+    format!("{}: {}", p.backend, p.reason)
 }
 
 fn kernel_release() -> String {
@@ -344,6 +374,14 @@ fn backends(cfg: &Config, now: bool, json: bool) -> Result<()> {
                 kernel_release()
             );
             print!("{}", c.plan());
+        }
+        let procs = new_processes(cfg)?;
+        if !json {
+            println!(
+                "processes (--process-backend {}): {}",
+                cfg.process_backend,
+                plan_line(procs.plan())
+            );
         }
         return Ok(());
     }

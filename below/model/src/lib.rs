@@ -131,6 +131,11 @@ impl Collector {
         })
     }
 
+    /// Processes from `p` (BPF or procfs) instead of fb_procfs.
+    pub fn set_processes(&mut self, p: bstats_procs::Processes) {
+        self.rest.set_processes(p);
+    }
+
     pub fn cgroups(&self) -> &CgroupCollector {
         &self.cgroups
     }

@@ -89,6 +89,8 @@ fn logged<T, E: std::fmt::Display>(logger: &slog::Logger, r: Result<T, E>) -> Op
 pub(crate) struct Rest {
     logger: slog::Logger,
     procs: procfs::ProcReader,
+    /// Where processes come from (fb_procfs unless set).
+    processes: Option<bstats_procs::Processes>,
     opts: model::CollectorOptions,
     os_release: OsRelease,
 }
@@ -98,6 +100,7 @@ impl Rest {
         Rest {
             logger,
             procs: procfs::ProcReader::new(),
+            processes: None,
             opts,
             os_release: OsRelease {
                 stamp: Vec::new(),
@@ -106,11 +109,18 @@ impl Rest {
         }
     }
 
+    pub fn set_processes(&mut self, p: bstats_procs::Processes) {
+        self.processes = Some(p);
+    }
+
     /// A sample with everything but its cgroup tree (left default).
     pub fn collect(&mut self) -> anyhow::Result<Sample> {
         let logger = &self.logger;
         let o = &self.opts;
-        let mut processes = self.procs.read_all_pids()?;
+        let mut processes = match &mut self.processes {
+            Some(p) => p.read_all_pids(&self.procs)?,
+            None => self.procs.read_all_pids()?,
+        };
         // Drained every sample, or exits pile up; a pid procfs still has
         // is taken from procfs (it holds more).
         let exits = std::mem::take(&mut *lock(&o.exit_data)?);

@@ -39,7 +39,8 @@ use skel::types::proc_flags;
 use skel::types::task_fact;
 
 /// What the user asked for (`--process-backend`, config `process_backend`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum ProcessBackend {
     /// BPF where the kernel allows it, else procfs (with the reason).
     #[default]
@@ -126,7 +127,6 @@ pub struct Plan {
 pub struct Processes {
     plan: Plan,
     bpf: Option<BpfProcesses>,
-    procfs: procfs::ProcReader,
 }
 
 impl Processes {
@@ -161,22 +161,19 @@ impl Processes {
                 Err(e) => return Err(e.context("--process-backend bpf cannot run")),
             },
         };
-        Ok(Processes {
-            plan,
-            bpf,
-            procfs: procfs::ProcReader::new(),
-        })
+        Ok(Processes { plan, bpf })
     }
 
     pub fn plan(&self) -> &Plan {
         &self.plan
     }
 
-    /// Every process, as `procfs::ProcReader::read_all_pids` gives them.
-    pub fn read_all_pids(&mut self) -> Result<procfs::PidMap> {
+    /// Every process, as `procfs.read_all_pids()` gives them (`procfs`
+    /// also reads what BPF leaves to /proc).
+    pub fn read_all_pids(&mut self, procfs: &procfs::ProcReader) -> Result<procfs::PidMap> {
         match &mut self.bpf {
-            Some(b) => b.read_all_pids(&self.procfs),
-            None => Ok(self.procfs.read_all_pids()?),
+            Some(b) => b.read_all_pids(procfs),
+            None => Ok(procfs.read_all_pids()?),
         }
     }
 }

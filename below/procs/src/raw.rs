@@ -22,3 +22,12 @@ pub(crate) fn read<T: Plain>(data: &[u8]) -> Option<T> {
     // size_of::<T>() bytes; read_unaligned has no alignment requirement.
     Some(unsafe { std::ptr::read_unaligned(data.as_ptr().cast::<T>()) })
 }
+
+/// The bytes of a record, as the program prints them (for tests).
+#[cfg(test)]
+pub(crate) fn bytes<T: Plain>(v: &T) -> Vec<u8> {
+    // SAFETY: `T: Plain` is plain old data without padding (every field of
+    // the records is naturally aligned and each is a multiple of 8 bytes).
+    unsafe { std::slice::from_raw_parts((v as *const T).cast::<u8>(), std::mem::size_of::<T>()) }
+        .to_vec()
+}

@@ -246,9 +246,9 @@ pub fn frozen() -> Result<()> {
     // seconds of uptime changed in between (running_secs).
     for attempt in 0.. {
         let up0 = uptime();
-        let first = bpf.read_all_pids()?;
+        let first = bpf.read_all_pids(&reader)?;
         let text = reader.read_all_pids()?;
-        let second = bpf.read_all_pids()?;
+        let second = bpf.read_all_pids(&reader)?;
         if uptime() != up0 && attempt < 5 {
             continue;
         }
