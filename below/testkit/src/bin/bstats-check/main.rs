@@ -95,6 +95,12 @@ enum Check {
     /// Varied processes stopped with SIGSTOP: the BPF process backend ==
     /// fb_procfs, every PidInfo field
     ProcsFrozen,
+    /// Running processes: every BPF value where fb_procfs's reads just
+    /// before and after put it, SAMPLES times
+    ProcsParity {
+        #[arg(default_value_t = 12)]
+        samples: usize,
+    },
     /// A process for procs-frozen (re-executed by it)
     #[command(hide = true)]
     ProcsChild(procs::ChildArgs),
@@ -133,6 +139,7 @@ fn main() -> Result<()> {
         Check::FrozenTree { cmd } => frozen::frozen_tree(&cmd),
         Check::LiveTree { cmd } => parity::live_tree(&cmd),
         Check::ProcsFrozen => procs::frozen(),
+        Check::ProcsParity { samples } => procs::parity(samples),
         Check::ProcsChild(a) => procs::child(a),
     }
 }

@@ -49,6 +49,10 @@ pub struct ChildArgs {
     /// it included.
     #[arg(long)]
     proctitle: Option<String>,
+    /// Once ready, keep changing: threads spin in bursts, the main thread
+    /// allocates and frees memory and writes a file, until killed.
+    #[arg(long)]
+    busy: bool,
     /// Arguments that only make the command line odd or long.
     #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
     rest: Vec<std::ffi::OsString>,
@@ -105,12 +109,17 @@ pub fn child(a: ChildArgs) -> Result<()> {
     let (tx, rx) = std::sync::mpsc::channel();
     for _ in 0..a.threads {
         let tx = tx.clone();
-        let ms = a.spin_ms;
+        let (ms, busy) = (a.spin_ms, a.busy);
         std::thread::spawn(move || {
             spin(ms);
             let _ = tx.send(());
             loop {
-                std::thread::park();
+                if busy {
+                    spin(20);
+                    std::thread::sleep(Duration::from_millis(30));
+                } else {
+                    std::thread::park();
+                }
             }
         });
     }
@@ -122,6 +131,18 @@ pub fn child(a: ChildArgs) -> Result<()> {
         set_proctitle(t)?;
     }
     println!("ready");
+    while a.busy {
+        use std::io::Write;
+        let v: Vec<u8> = vec![3; 16 << 20];
+        std::hint::black_box(&v);
+        drop(v);
+        let p = std::env::temp_dir().join(format!("procs-busy-{}", std::process::id()));
+        let mut f = std::fs::File::create(&p)?;
+        f.write_all(&[5u8; 256 << 10])?;
+        f.sync_all()?;
+        std::fs::remove_file(&p)?;
+        std::thread::sleep(Duration::from_millis(10));
+    }
     if a.leader_exits {
         // SAFETY: the exit syscall (not exit_group) ends only this thread,
         // with no unwinding; the others keep the process.
@@ -327,4 +348,197 @@ fn diff(want: &procfs::PidInfo, got: &procfs::PidInfo) -> Vec<String> {
         .filter(|(k, v)| g[*k] != **v)
         .map(|(k, v)| format!("{k}: procfs {v}\n       bpf {}", g[k]))
         .collect()
+}
+
+/// Running processes sampled `samples` times: each BPF read against
+/// fb_procfs's reads just before and after it. Counters between the two
+/// (user and system: not below the read before, their sum within the sum
+/// after, one tick for the rounding of each); gauges between the two;
+/// what did not change between the two equal. Fails on a value out at 3
+/// samples in a row (a gauge can move and come back between reads).
+pub fn parity(samples: usize) -> Result<()> {
+    let root = cgroup_root()?;
+    let mut t = Fixture::new(&root, "procs-live", Controllers::Only(&[]))?;
+    let a = t.mkdir("a")?;
+    let mut kids = Children::default();
+    for i in 0..4 {
+        let cg = if i % 2 == 0 {
+            t.top().to_path_buf()
+        } else {
+            a.clone()
+        };
+        kids.start(
+            &cg,
+            &["--threads", "3", "--busy", "--", "busy child"].map(os),
+        )?;
+    }
+    let mut bpf = Processes::new(ProcessBackend::Bpf, &root)?;
+    let reader = procfs::ProcReader::new();
+    let mut streak: BTreeMap<(i32, &'static str), usize> = BTreeMap::new();
+    let mut checked = 0usize;
+    let mut worst = 0usize;
+    for n in 0..samples {
+        let before = reader.read_all_pids()?;
+        let got = bpf.read_all_pids(&reader)?;
+        let after = reader.read_all_pids()?;
+        let mut out = Vec::new();
+        for (pid, b) in &before {
+            let (Some(g), Some(a)) = (got.get(pid), after.get(pid)) else {
+                continue;
+            };
+            // A pid reused between the reads is another process.
+            if b.stat.running_secs.is_none()
+                || a.stat.comm != b.stat.comm && a.cmdline_vec != b.cmdline_vec
+            {
+                continue;
+            }
+            checked += 1;
+            for what in violations(b, g, a) {
+                out.push((*pid, what));
+            }
+        }
+        let now: std::collections::BTreeSet<_> = out.iter().cloned().collect();
+        streak.retain(|k, _| now.contains(k));
+        for k in now {
+            *streak.entry(k).or_default() += 1;
+        }
+        let max = streak.values().copied().max().unwrap_or(0);
+        worst = worst.max(max);
+        println!(
+            "sample {n}: {} processes, {} values out ({:?}), longest streak {max}",
+            got.len(),
+            out.len(),
+            out.iter().take(4).collect::<Vec<_>>()
+        );
+        if max >= 3 {
+            let (k, _) = streak.iter().find(|(_, v)| **v >= 3).unwrap();
+            let show = |m: &procfs::PidMap| {
+                m.get(&k.0)
+                    .map(|p| format!("{:?} {:?} {:?}", p.stat, p.status, p.io))
+            };
+            bail!(
+                "{:?} out 3 samples in a row:\n before {:?}\n bpf    {:?}\n after  {:?}",
+                k,
+                show(&before),
+                show(&got),
+                show(&after)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    ensure!(
+        checked > samples * 4,
+        "too few processes checked ({checked})"
+    );
+    println!("live processes: {checked} process samples within fb_procfs's reads (longest streak {worst})");
+    drop(kids);
+    Ok(())
+}
+
+/// The fields of `g` (BPF) out of where `b` and `a` (procfs before and
+/// after) put them.
+fn violations(b: &procfs::PidInfo, g: &procfs::PidInfo, a: &procfs::PidInfo) -> Vec<&'static str> {
+    let mut out = Vec::new();
+    let mut counter = |name, b: Option<u64>, g: Option<u64>, a: Option<u64>| {
+        if let (Some(b), Some(g), Some(a)) = (b, g, a) {
+            if g < b || g > a {
+                out.push(name);
+            }
+        } else if b.is_some() && a.is_some() {
+            out.push(name);
+        }
+    };
+    counter("minflt", b.stat.minflt, g.stat.minflt, a.stat.minflt);
+    counter("majflt", b.stat.majflt, g.stat.majflt, a.stat.majflt);
+    counter("rbytes", b.io.rbytes, g.io.rbytes, a.io.rbytes);
+    counter("wbytes", b.io.wbytes, g.io.wbytes, a.io.wbytes);
+    counter(
+        "running_secs",
+        b.stat.running_secs,
+        g.stat.running_secs,
+        a.stat.running_secs,
+    );
+    // One tick per value: each is rounded down on its own.
+    let tick = 1_000_000 / 100;
+    let sum = |p: &procfs::PidInfo| {
+        p.stat
+            .user_usecs
+            .zip(p.stat.system_usecs)
+            .map(|(u, s)| u + s)
+    };
+    match (
+        b.stat.user_usecs,
+        g.stat.user_usecs,
+        g.stat.system_usecs,
+        sum(a),
+    ) {
+        (Some(bu), Some(gu), Some(gs), Some(asum)) => {
+            if gu < bu || gs < b.stat.system_usecs.unwrap_or(0) || gu + gs > asum + tick {
+                out.push("cputime");
+            }
+        }
+        _ => out.push("cputime"),
+    }
+    let mut gauge = |name, b: Option<u64>, g: Option<u64>, a: Option<u64>| {
+        if let (Some(b), Some(a)) = (b, a) {
+            if !g.is_some_and(|g| g >= b.min(a) && g <= b.max(a)) {
+                out.push(name);
+            }
+        }
+    };
+    gauge("rss", b.stat.rss_bytes, g.stat.rss_bytes, a.stat.rss_bytes);
+    gauge(
+        "num_threads",
+        b.stat.num_threads,
+        g.stat.num_threads,
+        a.stat.num_threads,
+    );
+    let (bs, gs, as_) = (&b.status, &g.status, &a.status);
+    gauge("vm_size", bs.vm_size, gs.vm_size, as_.vm_size);
+    gauge("lock", bs.lock, gs.lock, as_.lock);
+    gauge("pin", bs.pin, gs.pin, as_.pin);
+    gauge("anon", bs.anon, gs.anon, as_.anon);
+    gauge("file", bs.file, gs.file, as_.file);
+    gauge("shmem", bs.shmem, gs.shmem, as_.shmem);
+    gauge("pte", bs.pte, gs.pte, as_.pte);
+    gauge("swap", bs.swap, gs.swap, as_.swap);
+    gauge("huge_tlb", bs.huge_tlb, gs.huge_tlb, as_.huge_tlb);
+    let mut same = |name, eq_ba: bool, eq_bg: bool| {
+        if eq_ba && !eq_bg {
+            out.push(name);
+        }
+    };
+    same(
+        "comm",
+        b.stat.comm == a.stat.comm,
+        b.stat.comm == g.stat.comm,
+    );
+    same(
+        "ppid",
+        b.stat.ppid == a.stat.ppid,
+        b.stat.ppid == g.stat.ppid,
+    );
+    same(
+        "pgrp",
+        b.stat.pgrp == a.stat.pgrp,
+        b.stat.pgrp == g.stat.pgrp,
+    );
+    same(
+        "session",
+        b.stat.session == a.stat.session,
+        b.stat.session == g.stat.session,
+    );
+    same(
+        "ns_tgid",
+        bs.ns_tgid == as_.ns_tgid,
+        bs.ns_tgid == gs.ns_tgid,
+    );
+    same("cgroup", b.cgroup == a.cgroup, b.cgroup == g.cgroup);
+    same(
+        "cmdline",
+        b.cmdline_vec == a.cmdline_vec,
+        b.cmdline_vec == g.cmdline_vec,
+    );
+    same("exe", b.exe_path == a.exe_path, b.exe_path == g.exe_path);
+    out
 }
