@@ -265,19 +265,6 @@ fn c_string(chars: &[std::ffi::c_char]) -> String {
     String::from_utf8_lossy(&bytes).into_owned()
 }
 
-/// The kernel's cputime_adjust for a finished process: the exact runtime
-/// split in the ratio of the tick-sampled user and system times.
-fn split_runtime(utime: u64, stime: u64, rtime: u64) -> (u64, u64) {
-    if stime == 0 {
-        return (rtime, 0);
-    }
-    if utime == 0 {
-        return (0, rtime);
-    }
-    let system = (stime as u128 * rtime as u128 / (stime as u128 + utime as u128)) as u64;
-    (rtime - system, system)
-}
-
 /// "/a/b" from leaf-first names; "?" (as below shows an unknown cgroup)
 /// when the path did not fit the event.
 fn cgroup_path(e: &Event) -> String {
@@ -299,7 +286,9 @@ fn cgroup_path(e: &Event) -> String {
 /// What /proc/PID/{stat,io,cgroup} would have said as the process ended.
 /// Memory (its mm is gone by now), cmdline and exe are unknown.
 fn pid_info(e: &Event) -> procfs::PidInfo {
-    let (user_ns, system_ns) = split_runtime(e.utime_ns, e.stime_ns, e.runtime_ns);
+    // No split handed out yet counts: prev_cputime is not read here.
+    let (user_ns, system_ns) =
+        bstats_procs::cputime_adjust((0, 0), e.utime_ns, e.stime_ns, e.runtime_ns);
     let has_io = e.flags.0 & exit_flags::EXIT_HAS_IO.0 != 0;
     procfs::PidInfo {
         stat: procfs::PidStat {
@@ -337,17 +326,6 @@ mod tests {
             *d = b as std::ffi::c_char;
         }
         n
-    }
-
-    #[test]
-    fn splits_runtime_like_cputime_adjust() {
-        assert_eq!(split_runtime(0, 0, 1000), (1000, 0));
-        assert_eq!(split_runtime(4, 0, 1000), (1000, 0));
-        assert_eq!(split_runtime(0, 4, 1000), (0, 1000));
-        assert_eq!(split_runtime(3, 1, 1000), (750, 250));
-        // No overflow with large values.
-        let big = u64::MAX / 2;
-        assert_eq!(split_runtime(big, big, big), (big - big / 2, big / 2));
     }
 
     #[test]

@@ -92,6 +92,22 @@ fn set_proctitle(title: &str) -> Result<()> {
     Ok(())
 }
 
+/// One round of a busy child's main thread: memory allocated and freed,
+/// a file written.
+fn churn() -> Result<()> {
+    use std::io::Write;
+    let v: Vec<u8> = vec![3; 16 << 20];
+    std::hint::black_box(&v);
+    drop(v);
+    let p = std::env::temp_dir().join(format!("procs-busy-{}", std::process::id()));
+    let mut f = std::fs::File::create(&p)?;
+    f.write_all(&[5u8; 256 << 10])?;
+    f.sync_all()?;
+    std::fs::remove_file(&p)?;
+    std::thread::sleep(Duration::from_millis(10));
+    Ok(())
+}
+
 pub fn child(a: ChildArgs) -> Result<()> {
     std::hint::black_box(&a.rest);
     let mem: Vec<u8> = vec![1; a.anon_mib << 20];
@@ -131,17 +147,10 @@ pub fn child(a: ChildArgs) -> Result<()> {
         set_proctitle(t)?;
     }
     println!("ready");
-    while a.busy {
-        use std::io::Write;
-        let v: Vec<u8> = vec![3; 16 << 20];
-        std::hint::black_box(&v);
-        drop(v);
-        let p = std::env::temp_dir().join(format!("procs-busy-{}", std::process::id()));
-        let mut f = std::fs::File::create(&p)?;
-        f.write_all(&[5u8; 256 << 10])?;
-        f.sync_all()?;
-        std::fs::remove_file(&p)?;
-        std::thread::sleep(Duration::from_millis(10));
+    if a.busy {
+        loop {
+            churn()?;
+        }
     }
     if a.leader_exits {
         // SAFETY: the exit syscall (not exit_group) ends only this thread,
