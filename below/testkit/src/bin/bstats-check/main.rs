@@ -101,6 +101,14 @@ enum Check {
         #[arg(default_value_t = 12)]
         samples: usize,
     },
+    /// Time per read of every process, fb_procfs vs BPF, with N more
+    /// processes running, over SAMPLES reads each
+    ProcsBench {
+        #[arg(default_value_t = 1000)]
+        n: usize,
+        #[arg(default_value_t = 10)]
+        samples: u32,
+    },
     /// A process for procs-frozen (re-executed by it)
     #[command(hide = true)]
     ProcsChild(procs::ChildArgs),
@@ -140,6 +148,7 @@ fn main() -> Result<()> {
         Check::LiveTree { cmd } => parity::live_tree(&cmd),
         Check::ProcsFrozen => procs::frozen(),
         Check::ProcsParity { samples } => procs::parity(samples),
+        Check::ProcsBench { n, samples } => procs::bench(n, samples),
         Check::ProcsChild(a) => procs::child(a),
     }
 }
