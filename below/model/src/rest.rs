@@ -245,22 +245,32 @@ mod test {
         assert_eq!(a.cgroup, model::CgroupSample::default());
     }
 
+    /// With either process backend (BPF where this kernel and the user
+    /// allow it: auto falls back to procfs otherwise).
     #[test]
     fn exits_fill_in_pids_procfs_lacks() {
-        let opts = model::CollectorOptions::default();
-        let exits = Arc::clone(&opts.exit_data);
-        let mut ours = Rest::new(logger(), opts);
-        let gone = i32::MAX;
-        let mut info = procfs::PidInfo::default();
-        info.stat.comm = Some("exited".into());
-        let mut own = procfs::PidInfo::default();
-        own.stat.comm = Some("not procfs's".into());
-        let me = std::process::id() as i32;
-        lock(&exits).unwrap().extend([(gone, info), (me, own)]);
-        let s = ours.collect().unwrap();
-        assert_eq!(s.processes[&gone].stat.comm.as_deref(), Some("exited"));
-        assert_ne!(s.processes[&me].stat.comm.as_deref(), Some("not procfs's"));
-        assert!(lock(&exits).unwrap().is_empty(), "drained each sample");
+        for backend in [
+            bstats_procs::ProcessBackend::Procfs,
+            bstats_procs::ProcessBackend::Auto,
+        ] {
+            let opts = model::CollectorOptions::default();
+            let exits = Arc::clone(&opts.exit_data);
+            let mut ours = Rest::new(logger(), opts);
+            let mount = bpf_stats::find_cgroup2_mount().unwrap_or_default();
+            ours.set_processes(bstats_procs::Processes::new(backend, &mount).unwrap());
+            let gone = i32::MAX;
+            let mut info = procfs::PidInfo::default();
+            info.stat.comm = Some("exited".into());
+            let mut own = procfs::PidInfo::default();
+            own.stat.comm = Some("not procfs's".into());
+            let me = std::process::id() as i32;
+            lock(&exits).unwrap().extend([(gone, info), (me, own)]);
+            let s = ours.collect().unwrap();
+            assert_eq!(s.processes[&gone].stat.comm.as_deref(), Some("exited"));
+            assert_ne!(s.processes[&me].stat.comm.as_deref(), Some("not procfs's"));
+            assert!(s.processes[&me].cmdline_vec.is_some(), "{backend}");
+            assert!(lock(&exits).unwrap().is_empty(), "drained each sample");
+        }
     }
 
     #[test]

@@ -340,3 +340,31 @@ pub fn probe(cgroup_root: &Path) -> Result<()> {
         .map(|_| ())
         .context("processes: BPF unavailable")
 }
+
+#[cfg(test)]
+mod test {
+    use super::*;
+
+    #[test]
+    fn names_what_the_kernel_lacks() {
+        let all = REQUIRED.iter().fold(0, |b, (f, _)| b | f.0);
+        let percpu = task_fact::FACT_RSS_PERCPU.0 | task_fact::FACT_PER_CPU_OFFSET.0;
+        assert_eq!(missing(all | percpu), None);
+        assert_eq!(missing(all | task_fact::FACT_RSS_ATOMIC.0), None);
+        let why = missing(all & !task_fact::FACT_PREV_CPUTIME.0 | percpu).unwrap();
+        assert!(why.contains("signal_struct.prev_cputime"), "{why}");
+        let why = missing(all).unwrap();
+        assert!(why.contains("rss_stat layout"), "{why}");
+        let why = missing(all | task_fact::FACT_RSS_PERCPU.0).unwrap();
+        assert!(why.contains("per-CPU offsets"), "{why}");
+        assert!(!why.contains("task_struct"), "{why}");
+    }
+
+    #[test]
+    fn choices_parse_and_print() {
+        for c in ["auto", "bpf", "procfs"] {
+            assert_eq!(c.parse::<ProcessBackend>().unwrap().to_string(), c);
+        }
+        assert!("read".parse::<ProcessBackend>().is_err());
+    }
+}
