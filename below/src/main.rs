@@ -406,6 +406,9 @@ fn backends(cfg: &Config, now: bool, json: bool) -> Result<()> {
             r.cgroup_root.display()
         );
         print!("{}", r.plan);
+        if let Some(p) = &r.processes {
+            println!("processes: {p}");
+        }
     }
     Ok(())
 }

@@ -170,6 +170,7 @@ pub fn record(logger: &slog::Logger, cfg: &Config, opts: RecordOpts) -> Result<(
             kernel: crate::kernel_release(),
             cgroup_root: cfg.cgroup_root.clone(),
             plan: collector.cgroups().plan().clone(),
+            processes: collector.processes_plan().map(crate::plan_line),
         },
     )?;
     use nix::sys::signal::signal;

@@ -136,6 +136,11 @@ impl Collector {
         self.rest.set_processes(p);
     }
 
+    /// The process backend set with [`Collector::set_processes`].
+    pub fn processes_plan(&self) -> Option<&bstats_procs::Plan> {
+        self.rest.processes_plan()
+    }
+
     pub fn cgroups(&self) -> &CgroupCollector {
         &self.cgroups
     }

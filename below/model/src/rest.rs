@@ -113,6 +113,10 @@ impl Rest {
         self.processes = Some(p);
     }
 
+    pub fn processes_plan(&self) -> Option<&bstats_procs::Plan> {
+        self.processes.as_ref().map(|p| p.plan())
+    }
+
     /// A sample with everything but its cgroup tree (left default).
     pub fn collect(&mut self) -> anyhow::Result<Sample> {
         let logger = &self.logger;

@@ -212,6 +212,9 @@ pub struct BackendRecord {
     pub kernel: String,
     pub cgroup_root: PathBuf,
     pub plan: Plan,
+    /// The process backend and why ("bpf: …"); absent in older records.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub processes: Option<String>,
 }
 
 pub fn append_backend_record(dir: &Path, rec: &BackendRecord) -> Result<()> {
@@ -271,6 +274,7 @@ mod test {
             kernel: "7.3.4".into(),
             cgroup_root: "/sys/fs/cgroup".into(),
             plan: plan(),
+            processes: Some("bpf: task iterator".into()),
         };
         append_backend_record(d.path(), &rec).unwrap();
         append_backend_record(
