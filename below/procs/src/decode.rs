@@ -187,14 +187,29 @@ pub(crate) fn cmdline(p: &proc_rec, bytes: &[u8]) -> Option<Vec<String>> {
     )
 }
 
-fn comm(p: &proc_rec) -> String {
-    let bytes: Vec<u8> = p
-        .comm
+fn c_str(chars: &[std::ffi::c_char]) -> String {
+    let bytes: Vec<u8> = chars
         .iter()
         .map(|&c| c as u8)
         .take_while(|&b| b != 0)
         .collect();
     String::from_utf8_lossy(&bytes).into_owned()
+}
+
+/// proc_task_name(): comm, a kernel thread's full name, or a workqueue
+/// worker's comm with its description.
+fn comm(p: &proc_rec) -> String {
+    if has(p.flags, proc_flags::PROC_FULL_NAME) {
+        return c_str(&p.long_name);
+    }
+    let comm = c_str(&p.comm);
+    if has(p.flags, proc_flags::PROC_WQ_BUSY) {
+        format!("{comm}+{}", c_str(&p.long_name))
+    } else if has(p.flags, proc_flags::PROC_WQ_IDLE) {
+        format!("{comm}-{}", c_str(&p.long_name))
+    } else {
+        comm
+    }
 }
 
 /// Everything of `PidInfo` the records give, as fb_procfs would have

@@ -249,3 +249,34 @@ fn malformed_output_is_an_error() {
     out.extend(raw::bytes(&head(rec_kind(9), 8, 0)));
     assert!(parse(&out).is_err(), "unknown kind");
 }
+
+fn chars<const N: usize>(s: &str) -> [std::ffi::c_char; N] {
+    let mut out = [0; N];
+    for (d, b) in out.iter_mut().zip(s.bytes()) {
+        *d = b as std::ffi::c_char;
+    }
+    out
+}
+
+#[test]
+fn kernel_thread_names_are_procs() {
+    let mut p = proc_rec {
+        comm: chars("kworker/0:1"),
+        long_name: chars("events_power_efficient"),
+        ..Default::default()
+    };
+    let name = |p: &proc_rec| {
+        pid_info(p, &Default::default(), 0, UNITS, 0)
+            .stat
+            .comm
+            .unwrap()
+    };
+    assert_eq!(name(&p), "kworker/0:1");
+    p.flags = proc_flags::PROC_WQ_IDLE.0;
+    assert_eq!(name(&p), "kworker/0:1-events_power_efficient");
+    p.flags = proc_flags::PROC_WQ_BUSY.0;
+    assert_eq!(name(&p), "kworker/0:1+events_power_efficient");
+    p.flags = proc_flags::PROC_FULL_NAME.0;
+    p.long_name = chars("a_kthread_name_longer_than_comm");
+    assert_eq!(name(&p), "a_kthread_name_longer_than_comm");
+}

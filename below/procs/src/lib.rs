@@ -30,11 +30,10 @@ use std::path::PathBuf;
 use std::str::FromStr;
 
 use anyhow::bail;
-use anyhow::Context;
 use anyhow::Result;
 
 pub use decode::cputime_adjust;
-pub use decode::Units;
+use decode::Units;
 use skel::types::proc_flags;
 use skel::types::task_fact;
 
@@ -331,14 +330,6 @@ fn scan(dir: &Path, rel: &str, paths: &mut HashMap<u64, String>) {
             );
         }
     }
-}
-
-/// Reads the kernel's facts with one pass, for `below backends --now` and
-/// tests: Err says why BPF cannot serve processes here.
-pub fn probe(cgroup_root: &Path) -> Result<()> {
-    BpfProcesses::new(cgroup_root)
-        .map(|_| ())
-        .context("processes: BPF unavailable")
 }
 
 #[cfg(test)]

@@ -129,6 +129,11 @@ enum rec_kind *kind_type __attribute__((unused));
 #define HAS_KTHREAD_NAME                                                      \
 	(bpf_core_field_exists(T->worker_private) &&                          \
 	 bpf_core_field_exists(((struct kthread *)0)->full_name))
+#define HAS_WQ_WORKER                                                         \
+	(HAS_KTHREAD_NAME && bpf_core_field_exists(((struct kthread *)0)->data) &&     \
+	 bpf_core_field_exists(((struct worker *)0)->desc) &&                  \
+	 bpf_core_field_exists(((struct worker *)0)->current_work) &&          \
+	 bpf_core_field_exists(((struct worker *)0)->pool))
 #define HAS_TGID_PID                                                          \
 	(bpf_core_field_exists(S->pids) && bpf_core_enum_value_exists(enum pid_type, PIDTYPE_TGID))
 
@@ -160,6 +165,8 @@ static __always_inline __u32 facts(void)
 		f |= FACT_KTHREAD_NAME;
 	if (HAS_TGID_PID)
 		f |= FACT_TGID_PID;
+	if (HAS_WQ_WORKER)
+		f |= FACT_WQ_WORKER;
 	return f;
 }
 
@@ -285,6 +292,44 @@ static __always_inline void read_ns_tgid(struct proc_rec *r, struct signal_struc
 	}
 }
 
+/* What proc_task_name() prints for a kernel thread beyond comm: a
+ * workqueue worker's description (wq_worker_comm: its id, which is its
+ * comm unless cut at 15 characters, then +/- and the description), or
+ * the full name of a kthread whose name did not fit comm. */
+static __always_inline void kthread_name(struct proc_rec *r, struct task_struct *task, __u32 flags)
+{
+	struct kthread *kthread = 0;
+	struct worker *worker;
+
+	if (HAS_KTHREAD_NAME)
+		kthread = BPF_CORE_READ(task, worker_private);
+	if (!kthread) {
+		if (flags & PF_WQ_WORKER || !HAS_KTHREAD_NAME)
+			r->flags |= PROC_COMM_PROC;
+		return;
+	}
+	if (!(flags & PF_WQ_WORKER)) {
+		char *full = BPF_CORE_READ(kthread, full_name);
+
+		if (full && bpf_probe_read_kernel_str(r->long_name, sizeof(r->long_name), full) > 0)
+			r->flags |= PROC_FULL_NAME;
+		return;
+	}
+	if (!HAS_WQ_WORKER || r->comm[sizeof(r->comm) - 2]) {
+		r->flags |= PROC_COMM_PROC;
+		return;
+	}
+	worker = BPF_CORE_READ(kthread, data);
+	/* Without a pool 7.x prints "kworker/dying", 6.x the comm. */
+	if (!worker || !BPF_CORE_READ(worker, pool)) {
+		r->flags |= PROC_COMM_PROC;
+		return;
+	}
+	if (bpf_probe_read_kernel_str(r->long_name, sizeof(r->long_name), &worker->desc) <= 1)
+		return;
+	r->flags |= BPF_CORE_READ(worker, current_work) ? PROC_WQ_BUSY : PROC_WQ_IDLE;
+}
+
 static __always_inline void thread(struct seq_file *seq, struct task_struct *t)
 {
 	struct thread_rec r = {
@@ -306,7 +351,6 @@ static __always_inline void thread(struct seq_file *seq, struct task_struct *t)
 static __always_inline void process(struct seq_file *seq, struct task_struct *task)
 {
 	struct signal_struct *sig = BPF_CORE_READ(task, signal);
-	struct kthread *kthread;
 	struct proc_buf *b;
 	struct mm_struct *mm;
 	__u32 key = 0, len = 0, flags;
@@ -349,15 +393,8 @@ static __always_inline void process(struct seq_file *seq, struct task_struct *ta
 	b->r.cgroup_id = BPF_CORE_READ(task, cgroups, dfl_cgrp, kn, id);
 	BPF_CORE_READ_STR_INTO(&b->r.comm, task, comm);
 	flags = BPF_CORE_READ(task, flags);
-	if (flags & PF_WQ_WORKER) {
-		b->r.flags |= PROC_COMM_PROC;
-	} else if (flags & PF_KTHREAD) {
-		kthread = 0;
-		if (HAS_KTHREAD_NAME)
-			kthread = BPF_CORE_READ(task, worker_private);
-		if (!kthread || BPF_CORE_READ(kthread, full_name))
-			b->r.flags |= PROC_COMM_PROC;
-	}
+	if (flags & PF_KTHREAD)
+		kthread_name(&b->r, task, flags);
 	mm = BPF_CORE_READ(task, mm);
 	if (mm) {
 		b->r.flags |= PROC_HAS_MM;

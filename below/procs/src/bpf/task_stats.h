@@ -41,14 +41,16 @@ enum task_fact {
 	FACT_PGTABLES = 1 << 10,      /* mm_struct.pgtables_bytes */
 	FACT_KTHREAD_NAME = 1 << 11,  /* kthread.full_name via task_struct.worker_private */
 	FACT_TGID_PID = 1 << 12,      /* signal_struct.pids[PIDTYPE_TGID] */
+	FACT_WQ_WORKER = 1 << 13,     /* worker.desc, .current_work, .pool via kthread.data */
 };
 
 /* Per PROC record (proc.flags). */
 enum proc_flags {
 	/* The leader has an mm: memory fields and cmdline are set. */
 	PROC_HAS_MM = 1 << 0,
-	/* comm is not what /proc prints (a workqueue worker, or a kernel
-	 * thread whose full name is longer than comm): read it there. */
+	/* /proc's name for this kernel thread is not known here (a kernel
+	 * without the facts below, or a worker whose comm may be cut): read
+	 * it there. */
 	PROC_COMM_PROC = 1 << 1,
 	/* The command line could not be copied: read /proc/PID/cmdline. */
 	PROC_CMDLINE_PROC = 1 << 2,
@@ -59,6 +61,13 @@ enum proc_flags {
 	PROC_NS_DEEP = 1 << 4,
 	/* The leader has an executable file: exe_ino/exe_dev are set. */
 	PROC_HAS_EXE = 1 << 5,
+	/* A kernel thread whose full name is longer than comm: /proc prints
+	 * long_name. */
+	PROC_FULL_NAME = 1 << 7,
+	/* A workqueue worker with a description (long_name): /proc prints
+	 * comm, then '+' while it runs a work item, else '-', then it. */
+	PROC_WQ_BUSY = 1 << 8,
+	PROC_WQ_IDLE = 1 << 9,
 	/* The thread group is alive (pid_alive; lock_task_sighand works):
 	 * ppid, pgrp and session are set, else /proc prints 0. */
 	PROC_ALIVE = 1 << 6,
@@ -134,6 +143,7 @@ struct proc_rec {
 	__u64 exe_ino;
 	__u64 exe_dev;
 	char comm[16];
+	char long_name[64];
 };
 
 #endif

@@ -327,9 +327,39 @@ pub fn frozen() -> Result<()> {
             "frozen processes: BPF == procfs, every field ({} processes)",
             watched.len()
         );
+        kernel_thread_names(&second)?;
         break;
     }
     drop(kids);
+    Ok(())
+}
+
+/// Kernel threads' names (workqueue workers with their description, long
+/// kthread names) as /proc prints them: each that /proc shows the same
+/// twice around ours must be ours.
+fn kernel_thread_names(got: &procfs::PidMap) -> Result<()> {
+    let reader = procfs::ProcReader::new();
+    let (mut same, mut differ) = (0, Vec::new());
+    for (pid, p) in got {
+        if *pid != 2 && p.stat.ppid != Some(2) {
+            continue;
+        }
+        let read = || reader.read_pid_stat(*pid as u32).ok().and_then(|s| s.comm);
+        let (a, b) = (read(), read());
+        if a.is_none() || a != b {
+            continue;
+        }
+        if a == p.stat.comm {
+            same += 1;
+        } else {
+            differ.push((pid, a, p.stat.comm.clone()));
+        }
+    }
+    ensure!(
+        differ.is_empty(),
+        "kernel thread names differ (pid, procfs, bpf): {differ:?}"
+    );
+    println!("kernel threads: {same} names equal");
     Ok(())
 }
 
