@@ -7,7 +7,8 @@
 # record frozen cgroups with stock below main reading files and with patched
 # below main with enable_cgroup_bpf: its iterator must run, its log must say
 # what BPF serves (6.1: why memory.stat is read from the file) and
-# `below dump cgroup` must agree. The series must carry below/bpf_stats's
+# `below dump cgroup` must agree; upstream's own vmtest parity tests
+# (cgroupfs's cgroup_bpf::tests) run in the 7.3 and 7.2 guests. The series must carry below/bpf_stats's
 # files unchanged (sync.sh --check). Skips (exit 0) when the tarball is absent.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -32,12 +33,26 @@ guest() {
 
 check "build (bstats-check)" build_release
 check "build below main, stock and with the series" binaries
+# vmtest KERNEL: upstream's own BPF parity tests (cgroupfs's cgroup_bpf::tests,
+# `#[test]` only with the vmtest feature) from the patched tree, as root in
+# KERNEL's guest, while parity's live tree is stirred (they compare "every
+# cgroup on the host"); they must run (not be filtered out) and pass.
+vmtest() {
+  local bin
+  bin=$(vmtest_binary patched | tail -n1)
+  "$REPO_ROOT/tests/vm/run.sh" --kernel "$1" --timeout 600 --disk 64M --add "$bin:/cgroupfs-vmtest" \
+    --add "$CHECK_BIN:/bstats-check" -- /bstats-check live-tree sh -c '/cgroupfs-vmtest --test-threads=1 cgroup_bpf::tests 2>&1 | tee /tmp/vmtest.log
+              grep -q "^test result: ok\. [1-9][0-9]* passed" /tmp/vmtest.log'
+}
+
 check "the series carries below/bpf_stats's files unchanged" "$REPO_ROOT/tests/upstream/sync.sh" --check
 check "upstream's tests (as its CI runs them)" upstream_tests patched
 check "7.3 guest: files and enable_cgroup_bpf dumps agree" \
   guest debian-7.3 "cgroup BPF: memory.stat from BPF"
 check "6.1 guest: no memcg kfuncs, memory.stat read from the file, dumps agree" \
   guest debian-6.1 "cgroup BPF: memory.stat from the file: kernel lacks kfunc"
+check "7.3 guest: upstream's vmtest parity tests" vmtest debian-7.3
+check "7.2 guest: upstream's vmtest parity tests" vmtest debian-7.2
 # The ~2 GB target dirs serve rebuilds after a series change; drop them in CI
 # (the binaries stay cached in $UP/bin).
 if [ "${CI:-}" = true ]; then rm -rf "$UP/target" "$UP"/target-*; fi
