@@ -91,6 +91,8 @@ pub(crate) struct Rest {
     procs: procfs::ProcReader,
     opts: model::CollectorOptions,
     os_release: OsRelease,
+    /// Where the last [`Rest::collect`] spent its time.
+    pub times: crate::RestTimes,
 }
 
 impl Rest {
@@ -103,6 +105,7 @@ impl Rest {
                 stamp: Vec::new(),
                 value: None,
             },
+            times: Default::default(),
         }
     }
 
@@ -110,6 +113,7 @@ impl Rest {
     pub fn collect(&mut self) -> anyhow::Result<Sample> {
         let logger = &self.logger;
         let o = &self.opts;
+        let mut lap = crate::Lap::start();
         let mut processes = self.procs.read_all_pids()?;
         // Drained every sample, or exits pile up; a pid procfs still has
         // is taken from procfs (it holds more).
@@ -117,6 +121,7 @@ impl Rest {
         for (pid, info) in exits {
             processes.entry(pid).or_insert(info);
         }
+        let procs = lap.lap();
         let disks = if o.disable_disk_stat {
             Default::default()
         } else {
@@ -145,14 +150,21 @@ impl Rest {
                 None
             },
         };
+        let system_time = lap.lap();
+        let netstats = logged(
+            logger,
+            procfs::NetReader::new(logger.clone()).and_then(|r| r.read_netstat()),
+        )
+        .unwrap_or_default();
+        self.times = crate::RestTimes {
+            procs,
+            system: system_time,
+            net: lap.lap(),
+        };
         Ok(Sample {
             cgroup: Default::default(),
             processes,
-            netstats: logged(
-                logger,
-                procfs::NetReader::new(logger.clone()).and_then(|r| r.read_netstat()),
-            )
-            .unwrap_or_default(),
+            netstats,
             system,
             gpus: None,
             ethtool: if o.enable_ethtool_stats {
