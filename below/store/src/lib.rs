@@ -1,5 +1,6 @@
-//! Thin glue over below-store: writing samples with below's retention and
-//! size limits, and a record of which backend served each cgroup file.
+//! Writing samples in below-store's format (our writer, `writer.rs`) with
+//! below's retention and size limits, and a record of which backend served
+//! each cgroup file.
 //!
 //! below's store format has no room for collector metadata, so the backend
 //! plan of each `record` run goes in a side file in the store directory
