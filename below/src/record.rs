@@ -228,6 +228,8 @@ pub fn record(logger: &slog::Logger, cfg: &Config, opts: RecordOpts) -> Result<(
                                 ("idle", idle),
                             ]
                             .into_iter()
+                            // Parts of "below".
+                            .chain(collector.rest_times().named())
                             // The BPF pass is part of "cgroups".
                             .chain(c.pass.map(|p| ("pass", p)))
                             .collect::<Vec<_>>()

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Usage: tests/bench/run.sh [--smoke | --bill | --ratios | --top | --upstream | --soak | --scrape]
+# Usage: tests/bench/run.sh [--smoke | --service | --bill | --ratios | --top | --upstream | --soak | --scrape]
 #                           [--kernels "debian-7.3 patched"]
 #                           [--out DIR] [-- cgroup-bench ARGS...]
 # Builds release cgroup-bench and below, boots each kernel under QEMU (TCG,
@@ -7,9 +7,19 @@
 # tables. Results: DIR/<kernel>[-bill|-soak]/bench.{md,json} (DIR defaults
 # to target/bench). A kernel that cannot be had (the patched one before the
 # kernel series lands, or a failed build) is skipped with the reason.
-#   --smoke   a tiny run of every section (10 cgroups, 2-3 samples, K=1,2,
-#             1 s overhead, 3 s per bill recorder, a 4 s soak): checks that
-#             everything runs in a guest, not the numbers.
+# The guest looks like a Debian host (tests/bench/host-like.sh): Debian's
+# lsb_release, getconf, getopt, cut, tr and dash as /bin/sh from this
+# machine's packages, and the bill's trees hold ~1,000 processes besides
+# (--procs: daemons' command lines, some with threads).
+#   --smoke   a tiny run of every section (10 cgroups, 20 processes, 2-3
+#             samples, K=1,2, 1 s overhead, 3 s per bill recorder, a 4 s
+#             soak): checks that everything runs in a guest, not the
+#             numbers, and that the guest looks like a host (below 0.9
+#             starts lsb_release and getconf each sample, ours nothing).
+#   --service the service bill (docs/benchmark.md's headline): below 0.9,
+#             below main BPF, ours BPF and the floor at 1,000 cgroups and
+#             1,000 processes, 3 rounds (median by service CPU), every
+#             recorder on CPU 1 (~35 min).
 #   --bill    the user's bill: real `below record -i 1` processes (below 0.9
 #             from crates.io, below main files / enable_cgroup_bpf / with the
 #             series (patches/below), ours per
@@ -47,6 +57,7 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --smoke) smoke=1; shift ;;
     --bill) mode=bill; shift ;;
+    --service) mode=service; shift ;;
     --upstream) mode=upstream; shift ;;
     --ratios) mode=ratios; shift ;;
     --top) mode=top; shift ;;
@@ -66,8 +77,17 @@ log "building below 0.9.0 from crates.io (cached after the first time)"
 below09=$(tests/reference/below09.sh | tail -n1)
 adds=(--add "$BENCH_BIN:/bin/cgroup-bench" --add "$BELOW_BIN:/bin/below"
       --add "$below09:/bin/below09")
+# A host-like guest: Debian's programs that below 0.9 runs each sample
+# (lsb_release is a dash script running getopt, cut and tr), from this
+# machine's packages; host-like.sh puts them on PATH.
+install_pkgs lsb-release dash coreutils util-linux libc-bin
+for b in lsb_release dash getopt cut tr getconf; do
+  adds+=(--add "$(command -v $b):/opt/debian/bin/$b")
+done
+adds+=(--add /usr/lib/os-release:/usr/lib/os-release --add tests/bench/host-like.sh:/host-like.sh
+       --add tests/vm/guest-lib.sh:/guest-lib.sh)
 recorder_args=(--below /bin/below --below09 /bin/below09)
-if [[ $mode = bill || $mode = upstream || $mode = ratios ]] && [ -z "${BELOW_MAIN_BIN:-}" ]; then
+if [[ $mode = bill || $mode = upstream || $mode = ratios || $mode = service ]] && [ -z "${BELOW_MAIN_BIN:-}" ]; then
   # below main's rows when its pinned tarball is here (built once, cached).
   BELOW_MAIN_BIN=$(tests/upstream/binaries.sh stock | tail -n1) || BELOW_MAIN_BIN=
 fi
@@ -87,29 +107,36 @@ if [ $smoke = 1 ]; then
   args=(--sections collect,parallel,overhead,bill,soak
         --sizes 10 --min-samples 2 --max-samples 3 --budget-s 0 --readers 1,2
         --cgroups 10 --holders 2 --overhead-secs 1 --overhead-rounds 1
-        --bill-sizes 10 --bill-secs 3 --bill-rounds 2 --recorders below09,bpf,read-z,floor "${recorder_args[@]}"
+        --bill-sizes 10 --procs 20 --bill-secs 3 --bill-rounds 2 --recorders below09,bpf,read-z,floor "${recorder_args[@]}"
         --soak-cgroups 10 --soak-secs 4 --soak-every-s 2 --soak-churn 5 --soak-churn-ms 500)
   vm_timeout=400
 elif [ $mode = bill ]; then
   # One recorder at a time; a window per size sized for TCG (below 0.9 at
   # 10,000 cgroups takes several seconds per sample: few samples is a result).
   # 200 cgroups: what top-N at 10,000 is held against.
-  args=(--sections bill --bill-sizes 200,1000,5000,10000 --bill-secs 20,30,20,30 "${recorder_args[@]}")
+  args=(--sections bill --bill-sizes 200,1000,5000,10000 --procs 1000 --bill-secs 20,30,20,30 "${recorder_args[@]}")
   vm_timeout=7200 mem=4G suffix=-bill
+elif [ $mode = service ]; then
+  recs=below09,bpf,floor
+  [ -z "${BELOW_MAIN_BIN:-}" ] || recs=below09,main-bpf,bpf,floor
+  # On CPU 1 as --ratios (TCG hand-offs between vCPUs are its noise).
+  args=(--sections bill --bill-sizes 1000 --procs 1000 --bill-secs 30 --bill-rounds 3 --bill-cpus 1
+        --recorders "$recs" "${recorder_args[@]}")
+  vm_timeout=4200 mem=4G suffix=-service
 elif [ $mode = ratios ]; then
   recs=below09,below09-z,bpf,bpf-z,floor,floor-z
   [ -z "${BELOW_MAIN_BIN:-}" ] || recs+=,main-bpf,main-bpf-z
   # Every recorder on CPU 1: under TCG a hand-off between two vCPUs (below's
   # procreader pool) can spin for the other's time slice, the ratios' noise.
-  args=(--sections bill --bill-sizes 1000 --bill-secs 30 --bill-rounds 3 --bill-cpus 1 --recorders "$recs" "${recorder_args[@]}")
+  args=(--sections bill --bill-sizes 1000 --procs 1000 --bill-secs 30 --bill-rounds 3 --bill-cpus 1 --recorders "$recs" "${recorder_args[@]}")
   vm_timeout=5400 mem=4G suffix=-ratios
 elif [ $mode = top ]; then
-  args=(--sections bill --bill-sizes 200,10000 --bill-secs 30 --bill-rounds 3 --bill-cpus 1
+  args=(--sections bill --bill-sizes 200,10000 --procs 1000 --bill-secs 30 --bill-rounds 3 --bill-cpus 1
         --recorders bpf-top200,bpf-top200-z "${recorder_args[@]}")
   vm_timeout=3600 mem=4G suffix=-top
 elif [ $mode = upstream ]; then
   [ -n "${BELOW_MAIN_SERIES_BIN:-}" ] || die "--upstream needs below main (tests/upstream/binaries.sh)"
-  args=(--sections bill --bill-sizes 1000,5000 --bill-secs 30,20
+  args=(--sections bill --bill-sizes 1000,5000 --procs 1000 --bill-secs 30,20
         --recorders below09,bpf,floor,main-files,main-bpf,main-series "${recorder_args[@]}")
   vm_timeout=3600 mem=4G suffix=-upstream
 elif [ $mode = scrape ]; then
@@ -145,7 +172,7 @@ bench_kernel() {
     bench_scrape "$k" "$img"
     return
   fi
-  cmd=(cgroup-bench --json /out/bench.json --md /out/bench.md "${args[@]}")
+  cmd=(sh /host-like.sh cgroup-bench --json /out/bench.json --md /out/bench.md "${args[@]}")
   log "$k: ${cmd[*]}"
   if ! tests/vm/run.sh --kernel "$img" --timeout "$vm_timeout" --mem "$mem" --out "$out/$k$suffix" \
       "${adds[@]}" -- "${cmd[@]}" >"$out/console-$k$suffix.log" 2>&1; then
@@ -186,6 +213,17 @@ for k in ("below09", "bpf", "read-z", "floor"):
     assert x["service_cpu_ms_per_sample"] >= 0.8 * x["cpu_ms_per_sample"], x
     assert x["store_bytes_per_sample"] > 0 and x["peak_rss_kib"] > 0, x
     assert x["cgroups_stored"] >= 11, x
+    assert x["processes_stored"] >= 20, x
+# The guest looks like a host: the tree's processes are there, and below
+# 0.9 runs lsb_release and getconf every sample while ours runs nothing.
+sec = r["bill"][0]
+assert sec["population"]["processes"] >= 20 and sec["population"]["threads"] > sec["population"]["processes"], sec["population"]
+b09 = bill["below09"]
+assert b09["spawned"].get("lsb_release", 0) >= b09["written"] and b09["spawned"].get("getconf", 0) >= b09["written"], b09["spawned"]
+assert b09["spawned_per_sample"] >= 5, b09
+for k in ("bpf", "read-z", "floor"):
+    x = bill[k]
+    assert x["status"] != "ok" or x["spawned_per_sample"] == 0, (k, x["spawned"])
 for k in ("bpf", "read-z", "floor"):
     x = bill[k]
     assert x["status"] != "ok" or x["phases"].get("process", 0) > 0, x

@@ -139,30 +139,44 @@ pub struct BillRow {
     pub peak_rss_kib: u64,
     /// Cgroups in the last stored sample (root included).
     pub cgroups_stored: usize,
+    /// Processes in the last stored sample.
+    pub processes_stored: usize,
+    /// Processes the recorder started (its descendants that exited) over
+    /// the window ÷ samples written; None without process accounting.
+    pub spawned_per_sample: Option<f64>,
+    /// Those processes by name, over the whole window.
+    pub spawned: BTreeMap<String, u64>,
     /// Mean thread-CPU ms per phase from the recorder's per-sample timing
     /// lines (first sample left out), and the process CPU of the same lines.
     pub phases: BTreeMap<String, f64>,
     /// Whole-window CPU ms per written sample by thread name (comm).
     pub threads: BTreeMap<String, f64>,
-    /// With several rounds: CPU ms per written sample of each run that
-    /// measured, lowest first (this row is the median one).
+    /// With several rounds: service CPU ms per written sample of each run
+    /// that measured, lowest first (this row is the median one), and the
+    /// same runs' process CPU, in the same order.
+    pub rounds_service_ms: Vec<f64>,
     pub rounds_cpu_ms: Vec<f64>,
 }
 
-/// One recorder's runs as one row: the median run by CPU per sample (the
-/// lower of the middle two), with every run's CPU; the first run when none
-/// measured.
+/// One recorder's runs as one row: the median run by service CPU per
+/// sample (the bill; the lower of the middle two), with every run's CPU;
+/// the first run when none measured.
 pub fn median(mut runs: Vec<BillRow>) -> BillRow {
     let mut ok: Vec<usize> = (0..runs.len()).filter(|&i| runs[i].ok()).collect();
     ok.sort_by(|&a, &b| {
         runs[a]
-            .cpu_ms_per_sample
-            .total_cmp(&runs[b].cpu_ms_per_sample)
+            .service_cpu_ms_per_sample
+            .total_cmp(&runs[b].service_cpu_ms_per_sample)
     });
+    let service: Vec<f64> = ok
+        .iter()
+        .map(|&i| runs[i].service_cpu_ms_per_sample)
+        .collect();
     let cpu: Vec<f64> = ok.iter().map(|&i| runs[i].cpu_ms_per_sample).collect();
     let pick = ok.get(ok.len().saturating_sub(1) / 2).copied().unwrap_or(0);
     let mut row = runs.swap_remove(pick);
-    if cpu.len() > 1 {
+    if ok.len() > 1 {
+        row.rounds_service_ms = service;
         row.rounds_cpu_ms = cpu;
     }
     row
@@ -510,6 +524,8 @@ fn measure_inner(
     run.wait_for_samples(2, warmup)?;
     let pid = run.child.id();
     let profile = perf.map(|p| p.start(pid, &r.key)).transpose()?;
+    // Without accounting the row still measures, with no spawn count.
+    let acct = crate::spawns::Accounting::start(&run.dir.path().join("acct")).ok();
     let th0 = threads_cpu(pid);
     let (c0, s0) = (proc_cpu(pid)?, run.service_cpu()?);
     let (k0, t0) = (store_size(&run.store()).0, Instant::now());
@@ -517,6 +533,7 @@ fn measure_inner(
     let (c1, s1) = (proc_cpu(pid)?, run.service_cpu()?);
     let k1 = store_size(&run.store()).0;
     let th1 = threads_cpu(pid);
+    let spawned = acct.map(|a| a.finish(pid)).transpose()?;
     if let (Some(p), Some((child, data))) = (perf, profile) {
         p.finish(child, &data, &r.key)?;
     }
@@ -530,6 +547,10 @@ fn measure_inner(
         bail!("no sample written in {secs:.0} s");
     }
     let per_sample = |d: Duration| d.as_secs_f64() * 1e3 / row.written as f64;
+    if let Some(by_name) = spawned {
+        row.spawned_per_sample = Some(by_name.values().sum::<u64>() as f64 / row.written as f64);
+        row.spawned = by_name;
+    }
     row.cpu_ms_per_sample = per_sample(c1 - c0);
     row.service_cpu_ms_per_sample = per_sample(s1.saturating_sub(s0));
     row.threads = th1
@@ -552,6 +573,7 @@ fn measure_inner(
     )?
     .context("the store has no readable sample")?;
     row.cgroups_stored = count_cgroups(&frame.sample.cgroup);
+    row.processes_stored = frame.sample.processes.len();
     Ok(())
 }
 
@@ -574,8 +596,9 @@ mod test {
 
     #[test]
     fn median_run_is_the_row() {
-        let run = |cpu: f64, status: &str| BillRow {
-            cpu_ms_per_sample: cpu,
+        let run = |service: f64, status: &str| BillRow {
+            service_cpu_ms_per_sample: service,
+            cpu_ms_per_sample: service / 2.0,
             status: status.into(),
             ..Default::default()
         };
@@ -585,14 +608,18 @@ mod test {
             run(0.0, "n/a: x"),
             run(20.0, "ok"),
         ]);
-        assert_eq!(m.cpu_ms_per_sample, 20.0);
-        assert_eq!(m.rounds_cpu_ms, [10.0, 20.0, 30.0]);
+        assert_eq!(m.service_cpu_ms_per_sample, 20.0);
+        assert_eq!(m.rounds_service_ms, [10.0, 20.0, 30.0]);
+        assert_eq!(m.rounds_cpu_ms, [5.0, 10.0, 15.0]);
         let m = median(vec![run(40.0, "ok"), run(10.0, "ok")]);
-        assert_eq!(m.cpu_ms_per_sample, 10.0, "the lower of the middle two");
+        assert_eq!(
+            m.service_cpu_ms_per_sample, 10.0,
+            "the lower of the middle two"
+        );
         let m = median(vec![run(0.0, "n/a: a"), run(0.0, "n/a: b")]);
         assert_eq!((m.status.as_str(), m.rounds_cpu_ms.len()), ("n/a: a", 0));
         let m = median(vec![run(5.0, "ok")]);
-        assert!(m.rounds_cpu_ms.is_empty(), "one run: no spread to show");
+        assert!(m.rounds_service_ms.is_empty(), "one run: no spread to show");
     }
 
     #[test]

@@ -68,13 +68,18 @@ pub fn record_floor(store_dir: &Path, root: &Path, compress: bool) -> Result<()>
         let now = bstats_model::process_cpu_time();
         eprintln!(
             "sample {n} written; {}; process cpu ms {:.2}",
-            bstats_model::PhaseLog(&[
-                ("below", below),
-                ("pass", pass),
-                ("store", write),
-                ("drop", free),
-                ("idle", idle),
-            ]),
+            bstats_model::PhaseLog(
+                &[
+                    ("below", below),
+                    ("pass", pass),
+                    ("store", write),
+                    ("drop", free),
+                    ("idle", idle),
+                ]
+                .into_iter()
+                .chain(c.rest_times().named())
+                .collect::<Vec<_>>()
+            ),
             (now - process).as_secs_f64() * 1e3
         );
         process = now;

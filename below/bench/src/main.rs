@@ -12,6 +12,7 @@ mod overhead;
 mod probe;
 mod report;
 mod soak;
+mod spawns;
 mod stats;
 
 use std::path::PathBuf;
@@ -80,6 +81,11 @@ pub struct Args {
     /// vCPUs can spin for a whole time slice of the other vCPU
     #[arg(long, value_delimiter = ',')]
     bill_cpus: Vec<usize>,
+    /// bill: processes spread over the tree besides the holders, as a
+    /// host's (daemons' command lines, some with threads; testkit's
+    /// `Fixture::populate`)
+    #[arg(long, default_value_t = 0)]
+    procs: usize,
     /// bill, soak: seconds a recorder may take for its first two samples
     #[arg(long, default_value_t = 300.0)]
     warmup_s: f64,
@@ -312,7 +318,9 @@ fn main() -> Result<()> {
                     .get(i)
                     .or(args.bill_rounds.last())
                     .context("--bill-rounds is empty")?;
-                let fx = fixture::Fixture::create(&root, n, args.holders, args.hold_mb)?;
+                let mut fx = fixture::Fixture::create(&root, n, args.holders, args.hold_mb)?;
+                fx.populate(args.procs)?;
+                let guest = report::Population::now();
                 let window = std::time::Duration::from_secs_f64(secs);
                 let perf = args.perf.as_deref().map(|bin| bill::Perf {
                     bin,
@@ -330,7 +338,7 @@ fn main() -> Result<()> {
                     }
                 }
                 let rows = runs.into_iter().map(bill::median).collect();
-                rep.add_bill(&args, fx.created(), secs, rounds, rows);
+                rep.add_bill(&args, fx.created(), guest, secs, rounds, rows);
                 drop(fx);
                 rep.print_last();
             }

@@ -41,9 +41,34 @@ pub struct OverheadSection {
     pub rows: Vec<OverheadRow>,
 }
 
+/// Processes and threads in the system, as /proc lists them.
+#[derive(Serialize, Clone, Copy, Debug, Default)]
+pub struct Population {
+    pub processes: usize,
+    pub threads: usize,
+}
+
+impl Population {
+    pub fn now() -> Population {
+        let mut p = Population::default();
+        for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+            if e.file_name().to_string_lossy().parse::<u32>().is_err() {
+                continue;
+            }
+            p.processes += 1;
+            // Gone since the listing: not counted.
+            p.threads += std::fs::read_dir(e.path().join("task")).map_or(0, |t| t.count());
+        }
+        p
+    }
+}
+
 #[derive(Serialize)]
 pub struct BillSection {
     pub cgroups_created: usize,
+    /// What ran in the system while the recorders were measured (the
+    /// tree's processes, and whatever else the system runs).
+    pub population: Population,
     pub window_s: f64,
     /// Runs per recorder; each row is the median one.
     pub rounds: usize,
@@ -259,6 +284,7 @@ impl Report {
         &mut self,
         a: &Args,
         created: usize,
+        population: Population,
         secs: f64,
         rounds: usize,
         rows: Vec<BillRow>,
@@ -269,6 +295,9 @@ impl Report {
             "--bill-secs".into(),
             secs.to_string(),
         ];
+        if a.procs > 0 {
+            extra.extend(["--procs".into(), a.procs.to_string()]);
+        }
         if rounds > 1 {
             extra.extend(["--bill-rounds".into(), rounds.to_string()]);
         }
@@ -286,6 +315,7 @@ impl Report {
         extra.extend(Self::recorder_args(a));
         let sec = BillSection {
             cgroups_created: created,
+            population,
             window_s: secs,
             rounds,
             reproduce: reproduce(a, "bill", &extra),

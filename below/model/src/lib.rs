@@ -100,6 +100,30 @@ pub struct SampleTimes {
     pub rest: Phase,
 }
 
+/// Parts of [`SampleTimes::rest`] (the optional ethtool, resctrl and btrfs
+/// stats are in `rest` only).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct RestTimes {
+    /// Every process from procfs (fb_procfs: stat, status, io, cmdline…).
+    pub procs: Phase,
+    /// /proc/stat, meminfo, vmstat, slabinfo, disks, hostname, kernel and
+    /// OS release.
+    pub system: Phase,
+    /// /proc/net and the interfaces' sysfs counters.
+    pub net: Phase,
+}
+
+impl RestTimes {
+    /// As [`PhaseLog`] entries.
+    pub fn named(&self) -> [(&'static str, Phase); 3] {
+        [
+            ("procs", self.procs),
+            ("system", self.system),
+            ("net", self.net),
+        ]
+    }
+}
+
 pub struct Collector {
     logger: slog::Logger,
     rest: rest::Rest,
@@ -139,6 +163,11 @@ impl Collector {
     /// The process backend set with [`Collector::set_processes`].
     pub fn processes_plan(&self) -> Option<&bstats_procs::Plan> {
         self.rest.processes_plan()
+    }
+
+    /// Where the last sample's below collectors spent their time.
+    pub fn rest_times(&self) -> RestTimes {
+        self.rest.times
     }
 
     pub fn cgroups(&self) -> &CgroupCollector {

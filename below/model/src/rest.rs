@@ -93,6 +93,8 @@ pub(crate) struct Rest {
     processes: Option<bstats_procs::Processes>,
     opts: model::CollectorOptions,
     os_release: OsRelease,
+    /// Where the last [`Rest::collect`] spent its time.
+    pub times: crate::RestTimes,
 }
 
 impl Rest {
@@ -106,6 +108,7 @@ impl Rest {
                 stamp: Vec::new(),
                 value: None,
             },
+            times: Default::default(),
         }
     }
 
@@ -121,6 +124,7 @@ impl Rest {
     pub fn collect(&mut self) -> anyhow::Result<Sample> {
         let logger = &self.logger;
         let o = &self.opts;
+        let mut lap = crate::Lap::start();
         let mut processes = match &mut self.processes {
             Some(p) => p.read_all_pids(&self.procs)?,
             None => self.procs.read_all_pids()?,
@@ -131,6 +135,7 @@ impl Rest {
         for (pid, info) in exits {
             processes.entry(pid).or_insert(info);
         }
+        let procs = lap.lap();
         let disks = if o.disable_disk_stat {
             Default::default()
         } else {
@@ -159,14 +164,21 @@ impl Rest {
                 None
             },
         };
+        let system_time = lap.lap();
+        let netstats = logged(
+            logger,
+            procfs::NetReader::new(logger.clone()).and_then(|r| r.read_netstat()),
+        )
+        .unwrap_or_default();
+        self.times = crate::RestTimes {
+            procs,
+            system: system_time,
+            net: lap.lap(),
+        };
         Ok(Sample {
             cgroup: Default::default(),
             processes,
-            netstats: logged(
-                logger,
-                procfs::NetReader::new(logger.clone()).and_then(|r| r.read_netstat()),
-            )
-            .unwrap_or_default(),
+            netstats,
             system,
             gpus: None,
             ethtool: if o.enable_ethtool_stats {

@@ -1,5 +1,6 @@
-//! Thin glue over below-store: writing samples with below's retention and
-//! size limits, and a record of which backend served each cgroup file.
+//! Writing samples in below-store's format (our writer, `writer.rs`) with
+//! below's retention and size limits, and a record of which backend served
+//! each cgroup file.
 //!
 //! below's store format has no room for collector metadata, so the backend
 //! plan of each `record` run goes in a side file in the store directory
@@ -26,10 +27,12 @@ use serde::Serialize;
 use slog::warn;
 use store::CompressionMode;
 use store::DataFrame;
-use store::StoreWriter;
 
 mod failures;
 pub mod snapshot;
+mod writer;
+
+use writer::Writer;
 
 pub use failures::FailureKind;
 pub use failures::FailureLog;
@@ -66,7 +69,7 @@ pub struct Recorder {
     logger: slog::Logger,
     dir: PathBuf,
     mode: CompressionMode,
-    writer: Option<StoreWriter>,
+    writer: Option<Writer>,
     /// Device and inode of `dir` when `writer` was opened.
     dir_id: (u64, u64),
     /// The last write failed: reopen before the next one (fresh file
@@ -195,11 +198,11 @@ fn open_writer(
     logger: &slog::Logger,
     dir: &Path,
     mode: CompressionMode,
-) -> Result<(StoreWriter, (u64, u64))> {
+) -> Result<(Writer, (u64, u64))> {
     std::fs::create_dir_all(dir)
         .with_context(|| format!("Failed to create store directory {}", dir.display()))?;
     let id = dir_id(dir).with_context(|| format!("Failed to stat {}", dir.display()))?;
-    let writer = StoreWriter::new(logger.clone(), dir, mode, store::Format::Cbor)
+    let writer = Writer::new(logger.clone(), dir, mode, SystemTime::now())
         .with_context(|| format!("Failed to open store {}", dir.display()))?;
     Ok((writer, id))
 }

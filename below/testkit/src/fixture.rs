@@ -34,6 +34,8 @@ pub struct Fixture {
     workers: Vec<libc::pid_t>,
     files: Vec<PathBuf>,
     created: usize,
+    /// [`Fixture::create`]'s leaf cgroups, the ones that can hold processes.
+    leaves: Vec<PathBuf>,
 }
 
 impl Fixture {
@@ -51,6 +53,7 @@ impl Fixture {
             workers: Vec::new(),
             files: Vec::new(),
             created: 0,
+            leaves: Vec::new(),
         };
         fx.enable_controllers(root)?;
         fx.enable_controllers(&fx.top)?;
@@ -99,18 +102,62 @@ impl Fixture {
             .iter()
             .filter(|d| !parents.contains(d.as_str()))
             .collect();
+        fx.leaves = leaves.iter().map(|l| fx.top.join(l)).collect();
         let want = holders.min(leaves.len());
         let hold = Work {
             anon_mib: hold_mb,
-            file: None,
             cpu: Cpu::For(Duration::from_millis(20)),
-            cycle: None,
+            ..Default::default()
         };
         for i in 0..want {
-            let leaf = fx.top.join(leaves[i * leaves.len() / want]);
+            let leaf = fx.leaves[i * leaves.len() / want].clone();
             fx.spawn(&leaf, &hold)?;
         }
         Ok(fx)
+    }
+
+    /// Makes the tree look like a host's: `n` more processes spread over
+    /// [`Fixture::create`]'s leaves, with daemons' command lines (each its
+    /// own) and some with threads, idle once started.
+    pub fn populate(&mut self, n: usize) -> Result<()> {
+        // (command line with {i} for the process's number, extra threads)
+        const DAEMONS: [(&str, usize); 8] = [
+            (
+                "/usr/sbin/nginx -g daemon off; -c /etc/nginx/site-{i}.conf",
+                0,
+            ),
+            (
+                "/usr/bin/python3 /srv/app/worker.py --queue q{i} --concurrency 4",
+                2,
+            ),
+            (
+                "/usr/lib/postgresql/15/bin/postgres -D /var/lib/postgresql/{i}",
+                0,
+            ),
+            (
+                "/usr/bin/java -Xmx256m -Dservice.id={i} -jar /opt/svc/svc.jar",
+                8,
+            ),
+            ("sshd: user{i} [priv]", 0),
+            ("node /srv/web/server.js --port 8{i}", 4),
+            ("/usr/bin/redis-server 127.0.0.1:7{i}", 3),
+            ("/usr/sbin/cron -f -L {i}", 0),
+        ];
+        anyhow::ensure!(
+            n == 0 || !self.leaves.is_empty(),
+            "no leaf cgroups to hold processes (Fixture::create makes them)"
+        );
+        for i in 0..n {
+            let (cmd, threads) = DAEMONS[i % DAEMONS.len()];
+            let work = Work {
+                threads,
+                cmdline: Some(cmd.replace("{i}", &format!("{i:03}"))),
+                ..Default::default()
+            };
+            let leaf = self.leaves[i % self.leaves.len()].clone();
+            self.spawn(&leaf, &work)?;
+        }
+        Ok(())
     }
 
     /// The top cgroup's directory name.
@@ -284,5 +331,53 @@ mod test {
         assert_eq!(fanout(14), 2);
         assert_eq!(fanout(1000), 10);
         assert_eq!(fanout(5000), 17);
+    }
+
+    /// populate's processes show their own command lines, names and
+    /// threads in /proc, and sit in the tree's leaves.
+    #[test]
+    fn populated_processes_look_like_a_hosts() {
+        if crate::skip_unless_root("creates cgroups") {
+            return;
+        }
+        // PR_SET_MM needs CAP_SYS_RESOURCE (bit 24), which some containers' root lacks.
+        let status = std::fs::read_to_string("/proc/self/status").unwrap();
+        let eff = status
+            .lines()
+            .find_map(|l| l.strip_prefix("CapEff:"))
+            .unwrap();
+        if u64::from_str_radix(eff.trim(), 16).unwrap() & (1 << 24) == 0 {
+            println!("skipped: no CAP_SYS_RESOURCE (workers set their command lines)");
+            return;
+        }
+        let root = bpf_stats::find_cgroup2_mount().unwrap();
+        let mut fx = Fixture::create(&root, 10, 0, 0).unwrap();
+        fx.populate(8).unwrap();
+        assert_eq!(fx.workers.len(), 8);
+        let proc = |pid: i32, f: &str| std::fs::read_to_string(format!("/proc/{pid}/{f}")).unwrap();
+        let java = fx.workers[3];
+        assert_eq!(
+            proc(java, "cmdline"),
+            "/usr/bin/java\0-Xmx256m\0-Dservice.id=003\0-jar\0/opt/svc/svc.jar\0"
+        );
+        assert_eq!(proc(java, "comm"), "java\n");
+        let threads = |pid| {
+            std::fs::read_dir(format!("/proc/{pid}/task"))
+                .unwrap()
+                .count()
+        };
+        assert_eq!(threads(java), 9);
+        assert_eq!(threads(fx.workers[0]), 1);
+        let cmdlines: std::collections::HashSet<String> =
+            fx.workers.iter().map(|&p| proc(p, "cmdline")).collect();
+        assert_eq!(cmdlines.len(), 8, "every command line its own");
+        for &p in &fx.workers {
+            let cg = proc(p, "cgroup");
+            let leaf = fx.leaves.iter().any(|l| {
+                cg.trim_end()
+                    .ends_with(l.strip_prefix(&root).unwrap().to_str().unwrap())
+            });
+            assert!(leaf, "{cg}");
+        }
     }
 }

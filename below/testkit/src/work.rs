@@ -24,6 +24,11 @@ pub struct Work {
     pub cpu: Cpu,
     /// Kept up once ready, until killed (instead of sleeping or spinning).
     pub cycle: Option<Cycle>,
+    /// Idle threads started besides the main one, as a host's daemons have.
+    pub threads: usize,
+    /// The command line (space-separated) /proc shows, its first word's
+    /// basename as comm, as a host's processes differ; None: the parent's.
+    pub cmdline: Option<String>,
 }
 
 /// Load that keeps changing, for checks on cgroups sampled while they move.
@@ -66,6 +71,7 @@ pub(crate) fn spawn(cgroup: &Path, work: &Work) -> Result<Option<libc::pid_t>> {
         Some(Cycle::Disk(p)) => Some(cstr(p)?),
         _ => None,
     };
+    let looks = work.cmdline.as_deref().map(Looks::new).transpose()?;
     let mut fds = [0; 2];
     // SAFETY: pipe2 fills `fds`.
     if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
@@ -77,7 +83,16 @@ pub(crate) fn spawn(cgroup: &Path, work: &Work) -> Result<Option<libc::pid_t>> {
     let pid = unsafe { libc::fork() };
     if pid == 0 {
         // SAFETY: in the fork's child, with arguments prepared before it.
-        unsafe { child(&procs, file.as_ref(), disk.as_ref(), work, ready_w) }
+        unsafe {
+            child(
+                &procs,
+                file.as_ref(),
+                disk.as_ref(),
+                looks.as_ref(),
+                work,
+                ready_w,
+            )
+        }
     }
     let fork_err = std::io::Error::last_os_error();
     // SAFETY: closing our copy of the write end.
@@ -95,10 +110,13 @@ pub(crate) fn spawn(cgroup: &Path, work: &Work) -> Result<Option<libc::pid_t>> {
     unsafe { libc::close(ready_r) };
     match n {
         1 => Ok(Some(pid)),
-        0 => {
-            reap(pid);
-            Ok(None)
-        }
+        0 => match reap(pid) {
+            5 => anyhow::bail!(
+                "worker could not set its command line (PR_SET_MM: CAP_SYS_RESOURCE?)"
+            ),
+            6 => anyhow::bail!("worker could not start its threads (clone)"),
+            _ => Ok(None),
+        },
         _ => {
             kill(pid);
             Err(read_err).with_context(|| format!("waiting for worker {pid}"))
@@ -112,18 +130,101 @@ pub(crate) fn kill(pid: libc::pid_t) {
     reap(pid);
 }
 
-fn reap(pid: libc::pid_t) {
-    // SAFETY: waiting for our own child; the status is not needed.
-    unsafe { libc::waitpid(pid, std::ptr::null_mut(), 0) };
+/// Waits for our child `pid`: its exit code, -1 when killed by a signal.
+fn reap(pid: libc::pid_t) -> i32 {
+    let mut status = 0;
+    // SAFETY: waiting for our own child into `status`.
+    unsafe { libc::waitpid(pid, &mut status, 0) };
+    if libc::WIFEXITED(status) {
+        libc::WEXITSTATUS(status)
+    } else {
+        -1
+    }
 }
 
-/// The worker: join `procs`' cgroup, put the load in place, write one byte
-/// to `ready`, then wait to be killed (cycling, spinning or asleep). Exits
-/// 1 when it cannot join.
+/// A worker's own command line and name, prepared before the fork.
+struct Looks {
+    /// The arguments, each NUL-terminated, as the kernel lays out argv.
+    args: Vec<u8>,
+    comm: CString,
+}
+
+impl Looks {
+    fn new(cmdline: &str) -> Result<Looks> {
+        let mut args = Vec::new();
+        for a in cmdline.split_whitespace() {
+            anyhow::ensure!(!a.contains('\0'), "NUL in a command line");
+            args.extend_from_slice(a.as_bytes());
+            args.push(0);
+        }
+        let argv0 = cmdline
+            .split_whitespace()
+            .next()
+            .context("empty command line")?;
+        let base = argv0.rsplit('/').next().unwrap_or(argv0);
+        // comm holds 15 bytes.
+        let comm = CString::new(&base.as_bytes()[..base.len().min(15)])?;
+        Ok(Looks { args, comm })
+    }
+
+    /// Points the process's argv area (what /proc/<pid>/cmdline reads) at
+    /// `args` and renames it (needs CAP_SYS_RESOURCE). In the worker.
+    unsafe fn apply(&self) -> bool {
+        let start = self.args.as_ptr() as libc::c_ulong;
+        let end = start + self.args.len() as libc::c_ulong;
+        let set = |what, v: libc::c_ulong| {
+            libc::prctl(
+                libc::PR_SET_MM,
+                what as libc::c_ulong,
+                v,
+                0 as libc::c_ulong,
+                0 as libc::c_ulong,
+            ) == 0
+        };
+        // The kernel keeps start <= end at every step: which bound moves
+        // first depends on where the new area lies.
+        let moved = (set(libc::PR_SET_MM_ARG_START, start) && set(libc::PR_SET_MM_ARG_END, end))
+            || (set(libc::PR_SET_MM_ARG_END, end) && set(libc::PR_SET_MM_ARG_START, start));
+        moved && libc::prctl(libc::PR_SET_NAME, self.comm.as_ptr()) == 0
+    }
+}
+
+/// A worker's extra thread: idle until the process is killed.
+extern "C" fn idle_thread(_: *mut libc::c_void) -> libc::c_int {
+    loop {
+        // SAFETY: pause has no preconditions.
+        unsafe { libc::pause() };
+    }
+}
+
+/// Starts `n` idle threads in the worker with clone(2) (no pthreads: the
+/// worker makes raw syscalls only). Exits 6 when the kernel refuses.
+unsafe fn start_threads(n: usize) {
+    const STACK: usize = 64 << 10;
+    let flags = libc::CLONE_VM
+        | libc::CLONE_FS
+        | libc::CLONE_FILES
+        | libc::CLONE_SIGHAND
+        | libc::CLONE_THREAD
+        | libc::CLONE_SYSVSEM;
+    for _ in 0..n {
+        let stack = map_anon(STACK);
+        let top = stack.cast::<u8>().add(STACK).cast();
+        if libc::clone(idle_thread, top, flags, std::ptr::null_mut()) < 0 {
+            libc::_exit(6);
+        }
+    }
+}
+
+/// The worker: join `procs`' cgroup, take on its looks, put the load in
+/// place, write one byte to `ready`, then wait to be killed (cycling,
+/// spinning or asleep). Exits 1 when it cannot join, 5 when it cannot
+/// change its command line.
 unsafe fn child(
     procs: &CString,
     file: Option<&(CString, usize)>,
     disk: Option<&CString>,
+    looks: Option<&Looks>,
     work: &Work,
     ready: libc::c_int,
 ) -> ! {
@@ -139,6 +240,10 @@ unsafe fn child(
         libc::_exit(1);
     }
     libc::close(fd);
+    if looks.is_some_and(|l| !l.apply()) {
+        libc::_exit(5);
+    }
+    start_threads(work.threads);
     if work.anon_mib > 0 {
         let len = work.anon_mib << 20;
         let p = map_anon(len);

@@ -18,25 +18,30 @@ impl Report {
         let mut out = String::new();
         let _ = writeln!(
             out,
-            "### The bill: `below record -i 1`, {} cgroups, kernel {}\n\nReproduce: `{}`\n\n\
+            "### The bill: `below record -i 1`, {} cgroups, {} processes ({} threads), kernel {}\n\n\
+             Reproduce: `{}`\n\n\
              One recorder at a time on the same tree, each measured over {} s once it has \
-             written two samples{}. CPU: utime + stime of the whole process over the window ÷ \
-             samples it wrote in it; service: the same for the recorder's own cgroup \
-             (`cpu.stat` usage, every process it starts included: what systemd charges \
-             below.service); store: data bytes ÷ samples stored; ratios: below 0.9's \
-             CPU per sample (same compression) ÷ this row's.\n\n\
-             | recorder | CPU ms / written sample | below 0.9 ÷ this | service CPU ms / \
-             sample | below 0.9 ÷ this (service) | written / expected \
-             | store KiB / sample | peak RSS MiB | cgroups stored |\n\
-             |---|--:|--:|--:|--:|--:|--:|--:|--:|",
+             written two samples{}. Service: CPU of the recorder's own cgroup (`cpu.stat` \
+             usage: every process it starts included, what systemd charges below.service) \
+             over the window ÷ samples it wrote in it; process: the same for utime + stime of \
+             the recorder process alone; started: processes it ran (its descendants that \
+             exited, from process accounting) ÷ samples; store: data bytes ÷ samples \
+             stored; ratios: below 0.9's CPU per sample (same compression) ÷ this row's; \
+             processes stored: in the last sample.\n\n\
+             | recorder | service CPU ms / sample | below 0.9 ÷ this (service) | process CPU ms \
+             / sample | below 0.9 ÷ this | started / sample | written / expected \
+             | store KiB / sample | peak RSS MiB | cgroups stored | processes stored |\n\
+             |---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|",
             thousands(s.cgroups_created),
+            thousands(s.population.processes),
+            thousands(s.population.threads),
             self.kernel,
             s.reproduce,
             s.window_s,
             if s.rounds > 1 {
                 format!(
                     ", in {} rounds (every recorder once per round); each row is the recorder's \
-                     median run, every run's CPU per sample in parentheses",
+                     median run by service CPU, every run's CPU per sample in parentheses",
                     s.rounds
                 )
             } else {
@@ -50,25 +55,44 @@ impl Report {
         };
         for r in &s.rows {
             if !r.ok() {
-                na_line(&mut out, &r.recorder, &r.status, 9);
+                na_line(&mut out, &r.recorder, &r.status, 11);
                 continue;
             }
             let base = below09(r.key.ends_with("-z"));
             let _ = writeln!(
                 out,
-                "| {} | {} | {} | {} | {} | {} / {} | {} | {} | {} |",
+                "| {} | {} | {} | {} | {} | {} | {} / {} | {} | {} | {} | {} |",
                 r.recorder,
-                cpu_cell(r),
-                times(base.and_then(|b| ratio(b.cpu_ms_per_sample, r.cpu_ms_per_sample))),
-                num(r.service_cpu_ms_per_sample),
+                rounds_cell(r.service_cpu_ms_per_sample, &r.rounds_service_ms),
                 times(base.and_then(|b| {
                     ratio(b.service_cpu_ms_per_sample, r.service_cpu_ms_per_sample)
                 })),
+                rounds_cell(r.cpu_ms_per_sample, &r.rounds_cpu_ms),
+                times(base.and_then(|b| ratio(b.cpu_ms_per_sample, r.cpu_ms_per_sample))),
+                r.spawned_per_sample.map_or("—".into(), num),
                 r.written,
                 r.expected,
                 kib(r.store_bytes_per_sample),
                 num(r.peak_rss_kib as f64 / 1024.0),
                 thousands(r.cgroups_stored),
+                thousands(r.processes_stored),
+            );
+        }
+        let started: Vec<String> = s
+            .rows
+            .iter()
+            .filter(|r| r.ok() && !r.spawned.is_empty())
+            .map(|r| {
+                let names: Vec<String> =
+                    r.spawned.iter().map(|(k, v)| format!("{k} {v}")).collect();
+                format!("- {}: {}", r.recorder, names.join(", "))
+            })
+            .collect();
+        if !started.is_empty() {
+            let _ = writeln!(
+                out,
+                "\nProcesses started over the window, by name (rows not listed started none):\n\n{}",
+                started.join("\n")
             );
         }
         let _ = writeln!(
@@ -79,11 +103,13 @@ impl Report {
              sample (for plain read: reading and parsing the files); tree = taking that \
              tree out for the sample; loop = sleeping and logging; unaccounted = the whole \
              process's CPU per loop − the phases):\n\n\
-             | recorder | below's collectors | BPF pass | cgroups | tree | store write | drop \
-             | loop | process | unaccounted |\n\
-             |---|--:|--:|--:|--:|--:|--:|--:|--:|--:|"
+             | recorder | below's collectors | of which processes | system | network \
+             | BPF pass | cgroups | tree | store write | drop | loop | process | unaccounted |\n\
+             |---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|"
         );
         let phases = ["below", "pass", "cgroups", "tree", "store", "drop", "idle"];
+        // Parts of "below", not summed again.
+        let parts = ["procs", "system", "net"];
         for r in s.rows.iter().filter(|r| r.ok() && !r.phases.is_empty()) {
             let p = |k: &str| r.phases.get(k).copied();
             let cell = |k: &str| p(k).map_or("—".into(), num);
@@ -94,7 +120,12 @@ impl Report {
                 .filter_map(|k| p(k))
                 .sum();
             let _ = write!(out, "| {} |", r.recorder);
-            for k in phases.iter().chain(&["process"]) {
+            for k in phases[..1]
+                .iter()
+                .chain(&parts)
+                .chain(&phases[1..])
+                .chain(&["process"])
+            {
                 let _ = write!(out, " {} |", cell(k));
             }
             let _ = writeln!(
@@ -234,11 +265,11 @@ impl Report {
     }
 }
 
-/// CPU per sample, with every round's when there were several.
-fn cpu_cell(r: &BillRow) -> String {
-    if r.rounds_cpu_ms.is_empty() {
-        return num(r.cpu_ms_per_sample);
+/// A CPU per sample, with every round's when there were several.
+fn rounds_cell(v: f64, rounds: &[f64]) -> String {
+    if rounds.is_empty() {
+        return num(v);
     }
-    let all: Vec<String> = r.rounds_cpu_ms.iter().map(|&c| num(c)).collect();
-    format!("{} ({})", num(r.cpu_ms_per_sample), all.join(", "))
+    let all: Vec<String> = rounds.iter().map(|&c| num(c)).collect();
+    format!("{} ({})", num(v), all.join(", "))
 }

@@ -30,10 +30,9 @@ pub fn frozen_tree(cmd: &[String]) -> Result<()> {
     t.spawn(
         &ra,
         &Work {
-            anon_mib: 0,
             file: Some(("/tmp/fa".into(), 4)),
             cpu: Cpu::For(Duration::from_millis(500)),
-            cycle: None,
+            ..Work::default()
         },
     )?;
     t.spawn(&rc, &Work::default())?;
