@@ -12,7 +12,8 @@ use anyhow::Context;
 use anyhow::Result;
 
 /// The `__record-floor STORE ROOT [--compress]` mode: each second below's
-/// own collectors, the BPF iterator pass (no decoding, no tree) and the
+/// own collectors (processes by the task iterator pass), the BPF cgroup
+/// iterator pass (no decoding, no tree) and the
 /// store write of a cgroup tree built once at start, so the written frames
 /// are as large as a real recorder's; timing lines as `record --debug`.
 pub fn record_floor(store_dir: &Path, root: &Path, compress: bool) -> Result<()> {
@@ -40,6 +41,10 @@ pub fn record_floor(store_dir: &Path, root: &Path, compress: bool) -> Result<()>
         },
         model::CollectorOptions::default(),
     )?;
+    // The other pass: processes through the task iterator.
+    let mount = bpf_stats::find_cgroup2_mount().unwrap_or_else(|_| root.to_path_buf());
+    let procs = bstats_procs::Processes::new(bstats_procs::ProcessBackend::Bpf, &mount)?;
+    c.set_processes(procs);
     let mut tree = c.collect_sample()?.cgroup;
     let mode = bstats_store::compression_mode(compress, None)?;
     let mut w = bstats_store::Recorder::new(logger, store_dir, mode, None, None)?;
