@@ -37,7 +37,6 @@ use std::ptr::NonNull;
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use anyhow::anyhow;
 use anyhow::bail;
 use anyhow::Context;
 use anyhow::Result;
@@ -152,7 +151,11 @@ pub fn load(
         let len = log.iter().position(|&b| b == 0).unwrap_or(size);
         if len + 1 < size || size >= LAST_LOG_SIZE {
             let log = String::from_utf8_lossy(&log[..len]);
-            return Err(anyhow!("{e} ({})", failure_reason(&log, &messages)));
+            // libbpf's error stays in the chain for callers to match.
+            return Err(match failure_reason(&log, &messages) {
+                why if why.is_empty() => anyhow::Error::new(e),
+                why => anyhow::Error::new(e).context(why),
+            });
         }
         size *= 16;
     }
@@ -305,7 +308,7 @@ impl<T: Pod> MapView<T> {
         }
         let entries = map.max_entries() as usize;
         // The kernel lays values out 8-byte aligned.
-        if entries > 1 && size_of::<T>() % 8 != 0 {
+        if entries > 1 && !size_of::<T>().is_multiple_of(8) {
             bail!("map {name}: values of {} bytes are padded", size_of::<T>());
         }
         let len = (size_of::<T>() * entries).next_multiple_of(page_size() as usize);

@@ -63,9 +63,7 @@ fn loads_runs_an_iterator_and_shares_its_maps() {
         bss.update(0, |c| *c = 1);
         assert_eq!(bss.get(0), 1);
     }
-    let err = bstats_bpf::map(&obj, "no_such_map")
-        .err()
-        .expect("no such map");
+    let err = bstats_bpf::map(&obj, "no_such_map").expect_err("no such map");
     assert_eq!(err.to_string(), "the BPF object has no map no_such_map");
 }
 
@@ -76,11 +74,8 @@ fn a_failed_co_re_relocation_is_the_reason() {
     }
     // Two threads: one load fails, one succeeds, each with its own log.
     let good = std::thread::spawn(|| load_with(1, false, None).map(|_| ()));
-    let err = load_with(1, true, None)
-        .err()
-        .expect("the verifier rejects it");
+    let err = load_with(1, true, None).expect_err("the verifier rejects it");
     let why = format!("{err:#}");
-    println!("{why}");
     assert!(
         why.contains("failed to resolve CO-RE relocation") && why.contains("no_such_member"),
         "{why}"
@@ -96,8 +91,7 @@ fn libbpf_says_why_when_the_verifier_never_ran() {
     // Not BTF: libbpf fails relocating, before any program loads; its
     // message is kept by the thread that loads.
     let err = load_with(1, false, Some(Path::new("/proc/self/stat")))
-        .err()
-        .expect("no BTF to relocate against");
+        .expect_err("no BTF to relocate against");
     let why = format!("{err:#}");
     assert!(
         why.contains("libbpf: failed to perform CO-RE relocations"),

@@ -223,18 +223,6 @@ fn names_stop_at_nul() {
 }
 
 #[test]
-fn cputime_adjust_scales_and_stays_monotonic() {
-    // 3:1 split of 1000 ns.
-    assert_eq!(cputime_adjust(1000, 300, 100, (0, 0)), (750, 250));
-    // Only system time seen: all of rtime is system.
-    assert_eq!(cputime_adjust(1000, 0, 5, (0, 0)), (0, 1000));
-    // Nothing new: the previous split stands.
-    assert_eq!(cputime_adjust(1000, 1, 1, (750, 250)), (750, 250));
-    // stime may not shrink below its previous value.
-    assert_eq!(cputime_adjust(1100, 1000, 1, (750, 250)), (850, 250));
-}
-
-#[test]
 fn converts_kernel_encodings() {
     assert_eq!(cpu_weight(1024 << 10), 100);
     assert_eq!(cpu_weight(10240 << 10), 1000);
