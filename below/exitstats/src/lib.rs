@@ -52,6 +52,7 @@ const ELF: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/exitstats.bpf.o"));
 unsafe impl Pod for Event {}
 // SAFETY: as above.
 unsafe impl Pod for Bss {}
+
 /// How long the drain thread blocks before checking whether to stop.
 const POLL: Duration = Duration::from_millis(200);
 /// At most one "exits lost" warning this often.
