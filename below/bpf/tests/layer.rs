@@ -131,6 +131,10 @@ fn splits_cputime_like_cputime_adjust() {
         cputime_adjust(big, big, big, (0, 0)),
         (big - big / 2, big / 2)
     );
+    // Never below what was handed out: stime held, utime takes the
+    // rest; utime held, stime takes the rest.
+    assert_eq!(cputime_adjust(1000, 3, 1, (100, 600)), (400, 600));
+    assert_eq!(cputime_adjust(1000, 1, 3, (900, 0)), (900, 100));
     // Across samples: neither part goes back.
     assert_eq!(cputime_adjust(1000, 1, 1, (750, 250)), (750, 250));
     assert_eq!(cputime_adjust(1100, 1000, 1, (750, 250)), (850, 250));
