@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 
 use anyhow::bail;
 use anyhow::Result;
+use bstats_bpf::c_string;
 use procfs::PidStateExt;
 
 use crate::raw;
@@ -159,26 +160,17 @@ pub(crate) fn cmdline(p: &proc_rec, bytes: &[u8]) -> Option<Vec<String>> {
     )
 }
 
-fn c_str(chars: &[std::ffi::c_char]) -> String {
-    let bytes: Vec<u8> = chars
-        .iter()
-        .map(|&c| c as u8)
-        .take_while(|&b| b != 0)
-        .collect();
-    String::from_utf8_lossy(&bytes).into_owned()
-}
-
 /// proc_task_name(): comm, a kernel thread's full name, or a workqueue
 /// worker's comm with its description.
 fn comm(p: &proc_rec) -> String {
     if has(p.flags, proc_flags::PROC_FULL_NAME) {
-        return c_str(&p.long_name);
+        return c_string(&p.long_name);
     }
-    let comm = c_str(&p.comm);
+    let comm = c_string(&p.comm);
     if has(p.flags, proc_flags::PROC_WQ_BUSY) {
-        format!("{comm}+{}", c_str(&p.long_name))
+        format!("{comm}+{}", c_string(&p.long_name))
     } else if has(p.flags, proc_flags::PROC_WQ_IDLE) {
-        format!("{comm}-{}", c_str(&p.long_name))
+        format!("{comm}-{}", c_string(&p.long_name))
     } else {
         comm
     }
