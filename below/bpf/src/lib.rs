@@ -95,10 +95,12 @@ fn route_libbpf_message(level: PrintLevel, msg: String) {
         }
         None => Some(msg),
     });
-    if let (Some(msg), Some(Some((max, hook)))) = (msg, OTHER_HOOK.get()) {
-        if level <= *max {
-            hook(level, msg);
-        }
+    let hook = OTHER_HOOK
+        .get()
+        .and_then(|h| *h)
+        .filter(|(max, _)| level <= *max);
+    if let (Some(msg), Some((_, hook))) = (msg, hook) {
+        hook(level, msg);
     }
 }
 

@@ -23,6 +23,8 @@ use cgroupfs::MemoryEventsLocal;
 use cgroupfs::MemoryNumaStat;
 use cgroupfs::MemoryStat;
 
+// libbpf-cargo's output: its unwrap()s are not ours to change.
+#[allow(clippy::unwrap_used)]
 pub(crate) mod skel {
     include!(concat!(env!("OUT_DIR"), "/cgroup_stats.skel.rs"));
 }
