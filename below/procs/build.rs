@@ -2,26 +2,19 @@
 //! libbpf-rs's Object API (src/load.rs); the skeleton is generated only
 //! for the record types (`skel::types`), which come from the object's BTF.
 //!
-//! Compiler and flags from bstats-bpf-build, and bpf_stats' vmlinux.h
-//! (generated from 7.3's BTF; CO-RE relocates to the running kernel).
+//! Compiler, flags and vmlinux.h from bstats-bpf-build (vmlinux.h is
+//! generated from 7.3's BTF; CO-RE relocates to the running kernel).
 
 use std::env;
 use std::path::PathBuf;
 
 const SRC: &str = "src/bpf/task_stats.bpf.c";
-const VMLINUX_DIR: &str = "../bpf_stats/src/bpf";
 
 fn main() {
-    for f in [
-        SRC,
-        "src/bpf/task_stats.h",
-        &format!("{VMLINUX_DIR}/vmlinux.h"),
-    ] {
-        println!("cargo:rerun-if-changed={f}");
-    }
+    println!("cargo:rerun-if-changed=src/bpf/task_stats.h");
     let clang = bstats_bpf_build::clang();
     let out = PathBuf::from(env::var_os("OUT_DIR").expect("OUT_DIR is set by cargo"));
-    bstats_bpf_build::skeleton(SRC, &clang, &["src/bpf", VMLINUX_DIR])
+    bstats_bpf_build::skeleton(SRC, &clang, &["src/bpf"])
         .obj(out.join("task_stats.bpf.o"))
         .build_and_generate(out.join("task_stats.skel.rs"))
         .unwrap_or_else(|e| panic!("building {SRC} with {clang} failed: {e:#}"));

@@ -26,7 +26,7 @@ HARNESS_VERSION=3
 
 # What the series carries verbatim: "OURS THEIRS" per line, paths from
 # each repo's root (the program and its header next to upstream's BPF C,
-# the Rust in its cgroup_bpf module).
+# the Rust in its cgroup_bpf module, the BPF layer as its module `layer`).
 shared_files() {
   local f
   for f in cgroup_stats.bpf.c cgroup_stats.h contract_gen.rs; do
@@ -35,6 +35,8 @@ shared_files() {
   for f in contract.rs contract_test.rs decode.rs decode_test.rs kernel.rs load.rs psi.rs psi_test.rs; do
     echo "below/bpf_stats/src/bpf/$f below/cgroupfs/src/cgroup_bpf/$f"
   done
+  # The BPF layer those use (bpf_stats's `layer`): the module `layer` there.
+  echo "below/bpf/src/lib.rs below/cgroupfs/src/cgroup_bpf/layer.rs"
 }
 
 # A shared file as the series carries it into TREE: in upstream's cgroupfs

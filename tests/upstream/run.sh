@@ -47,6 +47,7 @@ vmtest() {
 
 check "the series carries below/bpf_stats's files unchanged" "$REPO_ROOT/tests/upstream/sync.sh" --check
 check "upstream's tests (as its CI runs them)" upstream_tests patched
+check "below's conventions on what the series adds" "$REPO_ROOT/tests/upstream/conventions.sh" patched
 check "7.3 guest: files and enable_cgroup_bpf dumps agree" \
   guest debian-7.3 "cgroup BPF: memory.stat from BPF"
 check "6.1 guest: no memcg kfuncs, memory.stat read from the file, dumps agree" \

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Usage: tests/vm/gen-vmlinux-h.sh [KERNEL] [OUTPUT]
-# Regenerates below/bpf_stats/src/bpf/vmlinux.h (default OUTPUT) from the BTF
+# Regenerates below/bpf_build/include/vmlinux.h (default OUTPUT) from the BTF
 # of KERNEL (default debian-7.3): boots it, copies /sys/kernel/btf/vmlinux out,
 # and runs `bpftool btf dump file ... format c`.
 set -euo pipefail
@@ -9,7 +9,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 {
 
 kernel=${1:-debian-7.3}
-output=${2:-$REPO_ROOT/below/bpf_stats/src/bpf/vmlinux.h}
+output=${2:-$REPO_ROOT/below/bpf_build/include/vmlinux.h}
 
 install_pkgs "${PKGS_VM[@]}"
 command -v bpftool >/dev/null || die "bpftool not found"

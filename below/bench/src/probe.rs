@@ -50,16 +50,10 @@ pub fn thread_cpu() -> Cpu {
         libc::getrusage(libc::RUSAGE_THREAD, &mut ru);
         ru
     };
-    // SAFETY: clock_gettime only writes the struct we pass.
-    let ts = unsafe {
-        let mut ts: libc::timespec = std::mem::zeroed();
-        libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts);
-        ts
-    };
     Cpu {
         user: tv(ru.ru_utime),
         sys: tv(ru.ru_stime),
-        total: Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32),
+        total: bstats_model::thread_cpu_time(),
     }
 }
 

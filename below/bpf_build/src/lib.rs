@@ -1,14 +1,18 @@
-//! For the build scripts of our BPF programs (bpf_stats, exitstats): one
-//! compiler choice and one flag set.
+//! For the build scripts of our BPF programs (bpf_stats, exitstats, the
+//! layer's test program): one compiler choice, one flag set and the one
+//! vmlinux.h every program includes.
 //!
 //! The BPF compiler is `$BPF_CLANG`, else `clang-19`, else `clang`: the
-//! vmlinux.h generated from 7.x BTF (below/bpf_stats/src/bpf/vmlinux.h)
-//! needs `-fms-extensions`, which clang accepts for the BPF target.
+//! vmlinux.h generated from 7.x BTF (`include/vmlinux.h` here) needs
+//! `-fms-extensions`, which clang accepts for the BPF target.
 
 use std::env;
 use std::process::Command;
 
 use libbpf_cargo::SkeletonBuilder;
+
+/// The directory of the shared vmlinux.h.
+const INCLUDE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/include");
 
 fn works(clang: &str) -> bool {
     Command::new(clang)
@@ -29,10 +33,17 @@ pub fn clang() -> String {
     })
 }
 
-/// A skeleton builder for `src` with `clang`, our flags and `-I` for each
-/// of `include`.
+/// A skeleton builder for `src` with `clang`, our flags, the shared
+/// vmlinux.h and `-I` for each of `include`; tells cargo to rerun when
+/// `src` or vmlinux.h change.
 pub fn skeleton(src: &str, clang: &str, include: &[&str]) -> SkeletonBuilder {
-    let mut args: Vec<String> = include.iter().map(|d| format!("-I{d}")).collect();
+    println!("cargo:rerun-if-changed={src}");
+    println!("cargo:rerun-if-changed={INCLUDE}/vmlinux.h");
+    let mut args: Vec<String> = [INCLUDE]
+        .iter()
+        .chain(include)
+        .map(|d| format!("-I{d}"))
+        .collect();
     args.extend(
         [
             "-fms-extensions",

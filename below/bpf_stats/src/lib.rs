@@ -59,19 +59,6 @@ pub use crate::top::TopN;
 pub use crate::tree::build_tree;
 pub use crate::tree::Tree;
 
-/// CPU time of the calling thread (user + system), from the thread CPU
-/// clock: exact, unlike tick-based rusage, and unlike wall time not
-/// inflated when the machine (or an emulated guest) is busy.
-pub fn thread_cpu_time() -> std::time::Duration {
-    // SAFETY: clock_gettime only writes the struct we pass.
-    let ts = unsafe {
-        let mut ts: libc::timespec = std::mem::zeroed();
-        libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts);
-        ts
-    };
-    std::time::Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
-}
-
 pub(crate) type PressureLines = (PressureMetrics, Option<PressureMetrics>);
 
 /// below keeps the three pressure files as one field; io and memory must

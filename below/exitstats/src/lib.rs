@@ -14,14 +14,10 @@
 //! such tracepoint, no ring buffer, not permitted, verifier); the
 //! collector's map then stays empty.
 
-mod raw;
-
 mod skel {
     include!(concat!(env!("OUT_DIR"), "/exitstats.skel.rs"));
 }
 
-use std::mem::MaybeUninit;
-use std::path::Path;
 use std::sync::atomic::AtomicBool;
 use std::sync::atomic::Ordering;
 use std::sync::mpsc;
@@ -35,32 +31,32 @@ use anyhow::anyhow;
 use anyhow::bail;
 use anyhow::Context;
 use anyhow::Result;
-use libbpf_rs::btf::types;
-use libbpf_rs::btf::Btf;
-use libbpf_rs::skel::OpenSkel;
-use libbpf_rs::skel::SkelBuilder;
+use bstats_bpf::c_string;
+use bstats_bpf::KernelBtf;
+use bstats_bpf::MapView;
+use bstats_bpf::Pod;
 use libbpf_rs::ErrorKind;
-use libbpf_rs::PrintLevel;
 use libbpf_rs::RingBufferBuilder;
 use slog::info;
 use slog::warn;
 
+use skel::types::bss as Bss;
 use skel::types::exit_event as Event;
 use skel::types::exit_flags;
-use skel::ExitstatsSkelBuilder;
 
-const BTF_PATH: &str = "/sys/kernel/btf/vmlinux";
+/// The compiled program (build.rs).
+const ELF: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/exitstats.bpf.o"));
+
+// SAFETY: the skeleton's #[repr(C)] types of the event and .bss: integers
+// and byte arrays.
+unsafe impl Pod for Event {}
+// SAFETY: as above.
+unsafe impl Pod for Bss {}
+
 /// How long the drain thread blocks before checking whether to stop.
 const POLL: Duration = Duration::from_millis(200);
 /// At most one "exits lost" warning this often.
 const LOST_REPORT: Duration = Duration::from_secs(10);
-
-/// libbpf's last message during our load, to explain a failure.
-static LIBBPF_LAST: Mutex<Option<String>> = Mutex::new(None);
-
-fn keep_last_libbpf_message(_: PrintLevel, msg: String) {
-    *LIBBPF_LAST.lock().unwrap_or_else(|e| e.into_inner()) = Some(msg.trim_end().to_owned());
-}
 
 /// The running program: exits land in the map given to
 /// [`ExitStats::start`] until it is dropped.
@@ -143,22 +139,13 @@ pub fn setup(
 /// What the kernel must have, checked in its BTF before loading so the
 /// reason names the missing piece.
 fn probe() -> Result<()> {
-    if !Path::new(BTF_PATH).exists() {
-        bail!("the kernel has no BTF ({BTF_PATH}; CONFIG_DEBUG_INFO_BTF)");
-    }
-    let btf = Btf::from_vmlinux().with_context(|| format!("cannot read {BTF_PATH}"))?;
-    if btf
-        .type_by_name::<types::Typedef>("btf_trace_sched_process_exit")
-        .is_none()
-    {
+    let btf = KernelBtf::open(None)?;
+    if !btf.has_typedef("btf_trace_sched_process_exit") {
         bail!("the kernel's BTF has no sched_process_exit tracepoint");
     }
     let ringbuf = btf
-        .type_by_name::<types::Enum>("bpf_map_type")
-        .is_some_and(|e| {
-            e.iter()
-                .any(|v| v.name.is_some_and(|n| n == "BPF_MAP_TYPE_RINGBUF"))
-        });
+        .enum_values("bpf_map_type")
+        .is_some_and(|e| e.iter().any(|(n, _)| n == "BPF_MAP_TYPE_RINGBUF"));
     if !ringbuf {
         bail!("the kernel has no BPF ring buffer (Linux 5.8+)");
     }
@@ -166,55 +153,54 @@ fn probe() -> Result<()> {
 }
 
 /// Why loading failed, in terms a user can act on.
-fn load_error(e: libbpf_rs::Error) -> anyhow::Error {
-    let last = LIBBPF_LAST
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .take()
-        .unwrap_or_default();
-    if e.kind() == ErrorKind::PermissionDenied {
+fn load_error(e: anyhow::Error) -> anyhow::Error {
+    let denied = e
+        .chain()
+        .filter_map(|c| c.downcast_ref::<libbpf_rs::Error>())
+        .any(|c| c.kind() == ErrorKind::PermissionDenied);
+    if denied {
         anyhow!(
-            "not permitted to load a tracing BPF program: needs CAP_BPF and CAP_PERFMON, or CAP_SYS_ADMIN ({e})"
+            "not permitted to load a tracing BPF program: needs CAP_BPF and CAP_PERFMON, or CAP_SYS_ADMIN ({e:#})"
         )
     } else {
-        anyhow!("cannot load the exit program: {e} ({last})")
+        e.context("cannot load the exit program")
     }
 }
 
 /// The thread: loads and attaches (the libbpf object lives on this
-/// thread's stack), reports readiness, then drains until told to stop.
+/// thread), reports readiness, then drains until told to stop.
 fn drain(
     logger: slog::Logger,
     sink: Arc<Mutex<procfs::PidMap>>,
     stop: Arc<AtomicBool>,
     ready: mpsc::Sender<Result<()>>,
 ) {
-    let mut storage = MaybeUninit::uninit();
-    let old = libbpf_rs::set_print(Some((PrintLevel::Warn, keep_last_libbpf_message)));
-    let loaded = ExitstatsSkelBuilder::default()
-        .open(&mut storage)
-        .and_then(|open| open.load())
-        .map_err(load_error);
-    libbpf_rs::set_print(old);
-    let skel = match loaded {
-        Ok(s) => s,
+    let loaded = bstats_bpf::load("exitstats", ELF, None, |_| Ok(()))
+        .map_err(load_error)
+        .and_then(|obj| {
+            let link = bstats_bpf::prog(&obj, "on_exit")?
+                .attach()
+                .context("cannot attach to tp_btf/sched_process_exit")?;
+            let bss = MapView::<Bss>::new(&bstats_bpf::map(&obj, ".bss")?)?;
+            Ok((obj, link, bss))
+        });
+    let (obj, _link, bss) = match loaded {
+        Ok(l) => l,
         Err(e) => {
             let _ = ready.send(Err(e));
             return;
         }
     };
-    let _link = match skel.progs.on_exit.attach() {
-        Ok(l) => l,
+    let events = match bstats_bpf::map(&obj, "events") {
+        Ok(m) => m,
         Err(e) => {
-            let _ = ready.send(Err(anyhow!(
-                "cannot attach to tp_btf/sched_process_exit: {e}"
-            )));
+            let _ = ready.send(Err(e));
             return;
         }
     };
     let mut builder = RingBufferBuilder::new();
-    let added = builder.add(&skel.maps.events, move |bytes: &[u8]| {
-        if let Some(e) = raw::event(bytes) {
+    let added = builder.add(&events, move |bytes: &[u8]| {
+        if let Some(e) = bstats_bpf::read::<Event>(bytes) {
             let info = pid_info(&e);
             sink.lock()
                 .unwrap_or_else(|e| e.into_inner())
@@ -242,7 +228,7 @@ fn drain(
                 return;
             }
         }
-        let lost = skel.maps.bss_data.as_deref().map_or(0, |b| b.dropped);
+        let lost = bss.get(0).dropped;
         if lost > lost_reported && last_report.is_none_or(|t| t.elapsed() >= LOST_REPORT) {
             warn!(
                 logger,
@@ -253,16 +239,6 @@ fn drain(
             last_report = Some(Instant::now());
         }
     }
-}
-
-/// A NUL-terminated C char array as a string.
-fn c_string(chars: &[std::ffi::c_char]) -> String {
-    let bytes: Vec<u8> = chars
-        .iter()
-        .map(|&c| c as u8)
-        .take_while(|&b| b != 0)
-        .collect();
-    String::from_utf8_lossy(&bytes).into_owned()
 }
 
 /// "/a/b" from leaf-first names; "?" (as below shows an unknown cgroup)
@@ -286,9 +262,9 @@ fn cgroup_path(e: &Event) -> String {
 /// What /proc/PID/{stat,io,cgroup} would have said as the process ended.
 /// Memory (its mm is gone by now), cmdline and exe are unknown.
 fn pid_info(e: &Event) -> procfs::PidInfo {
-    // No split handed out yet counts: prev_cputime is not read here.
+    // One split: the process is gone, no later one to stay above.
     let (user_ns, system_ns) =
-        bstats_procs::cputime_adjust((0, 0), e.utime_ns, e.stime_ns, e.runtime_ns);
+        bstats_bpf::cputime_adjust(e.runtime_ns, e.utime_ns, e.stime_ns, (0, 0));
     let has_io = e.flags.0 & exit_flags::EXIT_HAS_IO.0 != 0;
     procfs::PidInfo {
         stat: procfs::PidStat {

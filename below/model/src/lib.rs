@@ -20,18 +20,8 @@ use model::Sample;
 use slog::debug;
 use slog::warn;
 
-pub use bpf_stats::thread_cpu_time;
-
-/// CPU time of the whole process (all threads), same clock family.
-pub fn process_cpu_time() -> Duration {
-    // SAFETY: clock_gettime only writes the struct we pass.
-    let ts = unsafe {
-        let mut ts: libc::timespec = std::mem::zeroed();
-        libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts);
-        ts
-    };
-    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
-}
+pub use bstats_bpf::process_cpu_time;
+pub use bstats_bpf::thread_cpu_time;
 
 /// Thread CPU and wall time of one phase.
 #[derive(Debug, Default, Clone, Copy)]

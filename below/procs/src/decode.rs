@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 
 use anyhow::bail;
 use anyhow::Result;
+use bstats_bpf::c_string;
 use procfs::PidStateExt;
 
 use crate::raw;
@@ -88,34 +89,6 @@ pub(crate) fn parse(out: &[u8]) -> Result<Pass<'_>> {
     Ok(pass)
 }
 
-/// The kernel's cputime_adjust(): the exact runtime split in the ratio of
-/// the tick-sampled user and system times, never below what the process's
-/// `prev_cputime` (the last split handed out) says, so neither goes back.
-/// The kernel stores the result in `prev`; we only read it, which gives
-/// the same numbers: a read after ours starts from the same `prev`.
-pub fn cputime_adjust(prev: (u64, u64), utime: u64, stime: u64, rtime: u64) -> (u64, u64) {
-    let (prev_u, prev_s) = prev;
-    if prev_u + prev_s >= rtime {
-        return prev;
-    }
-    let mut stime = if stime == 0 {
-        0
-    } else if utime == 0 {
-        rtime
-    } else {
-        (stime as u128 * rtime as u128 / (stime as u128 + utime as u128)) as u64
-    };
-    if stime < prev_s {
-        stime = prev_s;
-    }
-    let mut utime = rtime - stime;
-    if utime < prev_u {
-        utime = prev_u;
-        stime = rtime - utime;
-    }
-    (utime, stime)
-}
-
 /// __task_state_index(): the letter /proc prints for __state|exit_state.
 pub(crate) fn state_char(state: u32, exit_state: u32) -> char {
     // include/linux/sched.h; ABI-stable values.
@@ -187,26 +160,17 @@ pub(crate) fn cmdline(p: &proc_rec, bytes: &[u8]) -> Option<Vec<String>> {
     )
 }
 
-fn c_str(chars: &[std::ffi::c_char]) -> String {
-    let bytes: Vec<u8> = chars
-        .iter()
-        .map(|&c| c as u8)
-        .take_while(|&b| b != 0)
-        .collect();
-    String::from_utf8_lossy(&bytes).into_owned()
-}
-
 /// proc_task_name(): comm, a kernel thread's full name, or a workqueue
 /// worker's comm with its description.
 fn comm(p: &proc_rec) -> String {
     if has(p.flags, proc_flags::PROC_FULL_NAME) {
-        return c_str(&p.long_name);
+        return c_string(&p.long_name);
     }
-    let comm = c_str(&p.comm);
+    let comm = c_string(&p.comm);
     if has(p.flags, proc_flags::PROC_WQ_BUSY) {
-        format!("{comm}+{}", c_str(&p.long_name))
+        format!("{comm}+{}", c_string(&p.long_name))
     } else if has(p.flags, proc_flags::PROC_WQ_IDLE) {
-        format!("{comm}-{}", c_str(&p.long_name))
+        format!("{comm}-{}", c_string(&p.long_name))
     } else {
         comm
     }
@@ -226,11 +190,13 @@ pub(crate) fn pid_info(
     let fact = |f: task_fact| facts & f.0 != 0;
     let alive = has(p.flags, proc_flags::PROC_ALIVE);
     let mm = has(p.flags, proc_flags::PROC_HAS_MM);
-    let (user_ns, system_ns) = cputime_adjust(
-        (p.prev_utime_ns, p.prev_stime_ns),
+    // Never below the process's prev_cputime (the last split handed out):
+    // read, not stored, which gives the numbers a read after ours gets.
+    let (user_ns, system_ns) = bstats_bpf::cputime_adjust(
+        p.sig_runtime_ns + t.runtime_ns,
         p.sig_utime_ns + t.utime_ns,
         p.sig_stime_ns + t.stime_ns,
-        p.sig_runtime_ns + t.runtime_ns,
+        (p.prev_utime_ns, p.prev_stime_ns),
     );
     let tick_ns = 1_000_000_000 / units.ticks_per_sec;
     let pos = |v: i64| v.max(0) as u64;

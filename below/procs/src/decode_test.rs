@@ -65,27 +65,6 @@ const ALL: u32 = task_fact::FACT_IOAC.0
     | task_fact::FACT_HUGETLB.0;
 
 #[test]
-fn cputime_adjust_is_the_kernels() {
-    // Split in the ratio of the sampled times.
-    assert_eq!(cputime_adjust((0, 0), 3, 1, 1000), (750, 250));
-    assert_eq!(cputime_adjust((0, 0), 0, 0, 1000), (1000, 0));
-    assert_eq!(cputime_adjust((0, 0), 5, 0, 1000), (1000, 0));
-    assert_eq!(cputime_adjust((0, 0), 0, 5, 1000), (0, 1000));
-    // Never below what was handed out: stime held, utime takes the rest.
-    assert_eq!(cputime_adjust((100, 600), 3, 1, 1000), (400, 600));
-    // utime held, stime takes the rest.
-    assert_eq!(cputime_adjust((900, 0), 1, 3, 1000), (900, 100));
-    // No new runtime: what was handed out.
-    assert_eq!(cputime_adjust((600, 400), 1, 1, 1000), (600, 400));
-    // 128-bit intermediate.
-    let big = u64::MAX / 2;
-    assert_eq!(
-        cputime_adjust((0, 0), big, big, big),
-        (big - big / 2, big / 2)
-    );
-}
-
-#[test]
 fn states_are_procs_letters() {
     assert_eq!(state_char(0, 0), 'R');
     assert_eq!(state_char(0x1, 0), 'S');

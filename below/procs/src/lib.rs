@@ -32,7 +32,6 @@ use std::str::FromStr;
 use anyhow::bail;
 use anyhow::Result;
 
-pub use decode::cputime_adjust;
 use decode::Units;
 use skel::types::proc_flags;
 use skel::types::task_fact;

@@ -1,3 +1,17 @@
+// Copyright (c) Facebook, Inc. and its affiliates.
+//
+// Licensed under the Apache License, Version 2.0 (the "License");
+// you may not use this file except in compliance with the License.
+// You may obtain a copy of the License at
+//
+//     http://www.apache.org/licenses/LICENSE-2.0
+//
+// Unless required by applicable law or agreed to in writing, software
+// distributed under the License is distributed on an "AS IS" BASIS,
+// WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+// See the License for the specific language governing permissions and
+// limitations under the License.
+
 //! The contract with the BPF program, all generated from cgroup_stats.h:
 //! the record layout through the libbpf-rs skeleton, the tables through
 //! build.rs, which hands each X-macro list to the macro of the same name
@@ -9,6 +23,8 @@ use cgroupfs::MemoryEventsLocal;
 use cgroupfs::MemoryNumaStat;
 use cgroupfs::MemoryStat;
 
+// libbpf-cargo's output: its unwrap()s are not ours to change.
+#[allow(clippy::unwrap_used)]
 pub(crate) mod skel {
     include!(concat!(env!("OUT_DIR"), "/cgroup_stats.skel.rs"));
 }

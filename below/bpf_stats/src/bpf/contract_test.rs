@@ -1,3 +1,17 @@
+// Copyright (c) Facebook, Inc. and its affiliates.
+//
+// Licensed under the Apache License, Version 2.0 (the "License");
+// you may not use this file except in compliance with the License.
+// You may obtain a copy of the License at
+//
+//     http://www.apache.org/licenses/LICENSE-2.0
+//
+// Unless required by applicable law or agreed to in writing, software
+// distributed under the License is distributed on an "AS IS" BASIS,
+// WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+// See the License for the specific language governing permissions and
+// limitations under the License.
+
 //! The C side of each table, as compiled into the BPF object (its BTF),
 //! against the Rust side: names, order, values, and the record's array
 //! lengths. One drift in either side fails here.
@@ -16,7 +30,15 @@ fn c_enum(name: &str) -> Vec<(String, i64)> {
         .type_by_name::<types::Enum>(name)
         .unwrap_or_else(|| panic!("enum {name} is not in the object's BTF"));
     e.iter()
-        .map(|m| (m.name.unwrap().to_string_lossy().into_owned(), m.value))
+        .map(|m| {
+            (
+                m.name
+                    .expect("enumerators have names")
+                    .to_string_lossy()
+                    .into_owned(),
+                m.value,
+            )
+        })
         .collect()
 }
 
@@ -89,10 +111,10 @@ const NOT_IN_LISTS: &[&str] = &["hugetlb"];
 fn covers<T: Default + serde::Serialize>(fill: fn(&mut T, &[u64]), keys: &[&str]) {
     let mut s = T::default();
     fill(&mut s, &vec![1; keys.len()]);
-    let json = serde_json::to_value(&s).unwrap();
+    let json = serde_json::to_value(&s).expect("serializable");
     let unset: Vec<_> = json
         .as_object()
-        .unwrap()
+        .expect("a struct")
         .iter()
         .filter(|(k, v)| v.is_null() && !NOT_IN_LISTS.contains(&k.as_str()))
         .map(|(k, _)| k.clone())

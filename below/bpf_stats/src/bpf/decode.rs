@@ -1,3 +1,17 @@
+// Copyright (c) Facebook, Inc. and its affiliates.
+//
+// Licensed under the Apache License, Version 2.0 (the "License");
+// you may not use this file except in compliance with the License.
+// You may obtain a copy of the License at
+//
+//     http://www.apache.org/licenses/LICENSE-2.0
+//
+// Unless required by applicable law or agreed to in writing, software
+// distributed under the License is distributed on an "AS IS" BASIS,
+// WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+// See the License for the specific language governing permissions and
+// limitations under the License.
+
 //! From a record to cgroupfs's stat structs: plain functions over the
 //! record's bytes, in the units and encodings the text files use. Nothing
 //! here needs a loaded program (tests build records by hand).
@@ -28,7 +42,8 @@ use cgroupfs::PressureMetrics;
 use super::contract::*;
 use super::kernel::Limits;
 use super::kernel::NumaLayout;
-use super::load::page_size;
+use super::layer;
+use super::layer::cputime_adjust;
 use super::load::Pass;
 use super::psi;
 use super::psi::PsiClock;
@@ -64,7 +79,7 @@ impl Decoder {
             cpus: limits.cpus,
             nodes: limits.nodes,
             numa: limits.numa,
-            page_size: page_size(),
+            page_size: layer::page_size(),
             memory_nodes: pass.memory_nodes,
             psi_clock: pass.psi_clock,
         }
@@ -206,29 +221,6 @@ pub(crate) fn cpu_stat(r: &Record, prev: &mut PrevCputime) -> CpuStat {
     }
 }
 
-/// The kernel's cputime_adjust(): split rtime in the raw utime:stime ratio,
-/// never letting either go below the previous result.
-pub(crate) fn cputime_adjust(rtime: u64, utime: u64, stime: u64, prev: (u64, u64)) -> (u64, u64) {
-    let (prev_u, prev_s) = prev;
-    if prev_u + prev_s >= rtime {
-        return prev;
-    }
-    let mut st = if stime == 0 {
-        0
-    } else if utime == 0 {
-        rtime
-    } else {
-        (stime as u128 * rtime as u128 / (stime as u128 + utime as u128)) as u64
-    };
-    st = st.max(prev_s);
-    let mut ut = rtime - st;
-    if ut < prev_u {
-        ut = prev_u;
-        st = rtime - ut;
-    }
-    (ut, st)
-}
-
 /// sched_weight_to_cgroup(scale_load_down(shares)).
 pub(crate) fn cpu_weight(shares: u64) -> u32 {
     let w = if shares == 0 {
@@ -298,13 +290,7 @@ pub(crate) fn bits(words: &[u64], limit: usize) -> BTreeSet<u32> {
 
 /// The record's name: the kernel NUL-terminates it within the array.
 pub(crate) fn name(r: &Record) -> String {
-    let bytes: Vec<u8> = r
-        .name
-        .iter()
-        .map(|&c| c as u8)
-        .take_while(|&c| c != 0)
-        .collect();
-    String::from_utf8_lossy(&bytes).into_owned()
+    layer::c_string(&r.name)
 }
 
 #[cfg(test)]

@@ -1,3 +1,17 @@
+// Copyright (c) Facebook, Inc. and its affiliates.
+//
+// Licensed under the Apache License, Version 2.0 (the "License");
+// you may not use this file except in compliance with the License.
+// You may obtain a copy of the License at
+//
+//     http://www.apache.org/licenses/LICENSE-2.0
+//
+// Unless required by applicable law or agreed to in writing, software
+// distributed under the License is distributed on an "AS IS" BASIS,
+// WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+// See the License for the specific language governing permissions and
+// limitations under the License.
+
 //! Decoding synthetic records into the files' values and units: every
 //! field of a full record, values the kernel lacks (ABSENT), the kernel's
 //! encodings. The fixtures serve the tests of what assembles a cgroup's
@@ -28,7 +42,9 @@ pub(crate) fn decoder() -> Decoder {
 }
 
 pub(crate) fn slot(keys: &[&str], key: &str) -> usize {
-    keys.iter().position(|k| *k == key).unwrap()
+    keys.iter()
+        .position(|k| *k == key)
+        .expect("a key of the list")
 }
 
 /// A non-root cgroup with every controller's state.
@@ -112,18 +128,24 @@ fn full_record_decodes_in_the_files_units() {
         (Some(10), Some(2), Some(5))
     );
     assert_eq!(cpu_weight(r.weight), 100);
-    let max = cpu_max(&r).unwrap();
+    let max = cpu_max(&r).expect("cpu.max");
     assert_eq!((max.max_usec, max.period_usec), (50_000, 100_000));
 
     // Rows in PSI_ROWS order: io some/full, memory some/full, cpu some/full.
     let p = d.pressure(&r);
-    let row = |m: &PressureMetrics| (m.avg10.unwrap(), m.avg60.unwrap(), m.total.unwrap());
+    let row = |m: &PressureMetrics| {
+        (
+            m.avg10.expect("avg10"),
+            m.avg60.expect("avg60"),
+            m.total.expect("total"),
+        )
+    };
     assert_eq!(row(&p.io.some), (0.0, 0.5, 0));
     assert_eq!(row(&p.io.full), (1.0, 0.5, 1));
     assert_eq!(row(&p.memory.some), (2.0, 0.5, 2));
     assert_eq!(row(&p.memory.full), (3.0, 0.5, 3));
     assert_eq!(row(&p.cpu.some), (4.0, 0.5, 4));
-    assert_eq!(row(p.cpu.full.as_ref().unwrap()), (5.0, 0.5, 5));
+    assert_eq!(row(p.cpu.full.as_ref().expect("cpu full")), (5.0, 0.5, 5));
 
     assert_eq!(pids_max(&r), 100);
     assert_eq!(d.cpus(&r.cpus).cpus, set(&[0, 1])); // bit 4 >= nr_cpu_ids
@@ -144,7 +166,7 @@ fn full_record_decodes_in_the_files_units() {
     assert_eq!(memory_stat(&r, Some(old)), ms);
 
     // Node 0 only (memory_nodes), the two items this kernel prints, scaled.
-    let numa = d.numa_stat(&r, None).unwrap();
+    let numa = d.numa_stat(&r, None).expect("numa_stat");
     assert_eq!(numa.keys().copied().collect::<Vec<_>>(), [0]);
     let n0 = &numa[&0];
     assert_eq!((n0.anon, n0.file), (Some(10 * PAGE), Some(11 * PAGE)));
@@ -152,7 +174,7 @@ fn full_record_decodes_in_the_files_units() {
     // Written over an old map: a node no longer printed goes, a value this
     // kernel does not print is cleared.
     let mut old = numa.clone();
-    old.get_mut(&0).unwrap().kernel_stack = Some(1);
+    old.get_mut(&0).expect("node 0").kernel_stack = Some(1);
     old.insert(1, Default::default());
     assert_eq!(d.numa_stat(&r, Some(old)), Some(numa));
 
@@ -196,7 +218,7 @@ fn absent_values_are_none() {
     r.period_ns = 100_000_000;
     r.quota_ns = RUNTIME_INF;
     assert_eq!(pids_max(&r), -1);
-    assert_eq!(cpu_max(&r).unwrap().max_usec, -1);
+    assert_eq!(cpu_max(&r).expect("cpu.max").max_usec, -1);
 }
 
 #[test]
@@ -223,23 +245,14 @@ fn names_stop_at_nul() {
 }
 
 #[test]
-fn cputime_adjust_scales_and_stays_monotonic() {
-    // 3:1 split of 1000 ns.
-    assert_eq!(cputime_adjust(1000, 300, 100, (0, 0)), (750, 250));
-    // Only system time seen: all of rtime is system.
-    assert_eq!(cputime_adjust(1000, 0, 5, (0, 0)), (0, 1000));
-    // Nothing new: the previous split stands.
-    assert_eq!(cputime_adjust(1000, 1, 1, (750, 250)), (750, 250));
-    // stime may not shrink below its previous value.
-    assert_eq!(cputime_adjust(1100, 1000, 1, (750, 250)), (850, 250));
-}
-
-#[test]
 fn converts_kernel_encodings() {
     assert_eq!(cpu_weight(1024 << 10), 100);
     assert_eq!(cpu_weight(10240 << 10), 1000);
     assert_eq!(load_avg(2048 + 1024), 1.5);
-    assert_eq!(load_avg(2048 * 3 + 2047), "3.99".parse::<f64>().unwrap());
+    assert_eq!(
+        load_avg(2048 * 3 + 2047),
+        "3.99".parse::<f64>().expect("a float")
+    );
     assert_eq!(bits(&[0b101, 1], 128), BTreeSet::from([0, 2, 64]));
     assert_eq!(bits(&[0b101, 1], 2), BTreeSet::from([0]));
     assert_eq!(

@@ -11,7 +11,7 @@ use std::path::Path;
 use super::btf_edit::edit;
 use super::btf_edit::Edit;
 use super::contract::*;
-use super::kernel::BTF_PATH;
+use super::layer::VMLINUX_BTF as BTF_PATH;
 use super::probe::fact_files;
 use super::probe::probe_with;
 use crate::plan::BackendChoice;

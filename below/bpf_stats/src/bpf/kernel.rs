@@ -1,3 +1,17 @@
+// Copyright (c) Facebook, Inc. and its affiliates.
+//
+// Licensed under the Apache License, Version 2.0 (the "License");
+// you may not use this file except in compliance with the License.
+// You may obtain a copy of the License at
+//
+//     http://www.apache.org/licenses/LICENSE-2.0
+//
+// Unless required by applicable law or agreed to in writing, software
+// distributed under the License is distributed on an "AS IS" BASIS,
+// WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+// See the License for the specific language governing permissions and
+// limitations under the License.
+
 //! What the program is told at load, from the running kernel's BTF and
 //! sysfs: the kfuncs it has, where memory.numa_stat's values are, and the
 //! machine's CPU and node id limits.
@@ -5,16 +19,16 @@
 use std::ffi::OsStr;
 use std::os::fd::AsRawFd;
 use std::os::fd::BorrowedFd;
-use std::path::Path;
 
+use anyhow::anyhow;
+use anyhow::bail;
+use anyhow::Result;
 use libbpf_rs::btf::types;
-use libbpf_rs::btf::Btf;
 use libbpf_rs::btf::BtfKind;
 use libbpf_rs::btf::BtfType;
 
 use super::contract::*;
-
-pub(crate) const BTF_PATH: &str = "/sys/kernel/btf/vmlinux";
+use super::layer::KernelBtf;
 
 /// mm/memcontrol.c `memcg_node_stat_items[]`, the order of
 /// `lruvec_stats.state[]`. The entries under #ifdef (NR_SWAPCACHE,
@@ -111,21 +125,15 @@ pub(crate) const THP_ITEMS: [&str; 3] = ["NR_ANON_THPS", "NR_FILE_THPS", "NR_SHM
 /// NUMA_NO_IDX when this kernel does not print the line.
 pub(crate) type NumaLayout = [u32; NUMA_ITEMS.len()];
 
-/// Member names and values of a BTF enum, if the kernel has it.
-pub(crate) fn enum_items(btf: &Btf, name: &str) -> Option<Vec<(String, i64)>> {
-    let e = btf.type_by_name::<types::Enum>(name)?;
-    Some(
-        e.iter()
-            .filter_map(|m| Some((m.name?.to_string_lossy().into_owned(), m.value)))
-            .collect(),
-    )
-}
-
 /// The type of `member` of struct `name`, modifiers and typedefs skipped.
-fn member_type<'b>(btf: &'b Btf, name: &str, member: &str) -> Option<BtfType<'b>> {
-    let s = btf.type_by_name::<types::Struct>(name)?;
+fn member_type<'b>(btf: &'b KernelBtf, name: &str, member: &str) -> Option<BtfType<'b>> {
+    let s = btf.btf().type_by_name::<types::Struct>(name)?;
     let m = s.iter().find(|m| m.name == Some(OsStr::new(member)))?;
-    Some(btf.type_by_id::<BtfType>(m.ty)?.skip_mods_and_typedefs())
+    Some(
+        btf.btf()
+            .type_by_id::<BtfType>(m.ty)?
+            .skip_mods_and_typedefs(),
+    )
 }
 
 /// Where memory_numa_stat_show()'s values are on the running kernel: the
@@ -133,43 +141,47 @@ fn member_type<'b>(btf: &'b Btf, name: &str, member: &str) -> Option<BtfType<'b>
 /// by name: every item of its `enum node_stat_item` is one we know to be
 /// in the array or not, those in it come in the enum's order (the kernel's
 /// array is), and they add up to the length of `lruvec_stats.state[]`.
-pub(crate) fn numa_layout(btf: &Btf) -> std::result::Result<NumaLayout, String> {
-    let items = enum_items(btf, "node_stat_item").ok_or("no enum node_stat_item in BTF")?;
+pub(crate) fn numa_layout(btf: &KernelBtf) -> Result<NumaLayout> {
+    let items = btf
+        .enum_values("node_stat_item")
+        .ok_or(anyhow!("no enum node_stat_item in BTF"))?;
     if let Some((unknown, _)) = items.iter().find(|(n, _)| {
         !MEMCG_NODE_STAT_ITEMS.contains(&n.as_str())
             && !NOT_MEMCG_NODE_STAT_ITEMS.contains(&n.as_str())
     }) {
-        return Err(format!(
-            "unknown lruvec_stats layout: node_stat_item {unknown} is new"
-        ));
+        bail!("unknown lruvec_stats layout: node_stat_item {unknown} is new");
     }
     let present: Vec<(&str, i64)> = MEMCG_NODE_STAT_ITEMS
         .into_iter()
         .filter_map(|i| Some((i, items.iter().find(|(n, _)| n == i)?.1)))
         .collect();
     if let Some(w) = present.windows(2).find(|w| w[0].1 >= w[1].1) {
-        return Err(format!(
+        bail!(
             "unknown lruvec_stats layout: node_stat_item {} before {}",
-            w[1].0, w[0].0
-        ));
+            w[1].0,
+            w[0].0
+        );
     }
     let present: Vec<&str> = present.into_iter().map(|(n, _)| n).collect();
     if member_type(btf, "mem_cgroup_per_node", "lruvec_stats").map(|t| t.kind())
         != Some(BtfKind::Ptr)
     {
-        return Err("unknown lruvec_stats layout: not a pointer in mem_cgroup_per_node".into());
+        bail!("unknown lruvec_stats layout: not a pointer in mem_cgroup_per_node");
     }
     let len = member_type(btf, "lruvec_stats", "state")
         .and_then(|t| types::Array::try_from(t).ok())
         .map(|a| a.capacity())
-        .ok_or("unknown lruvec_stats layout: no state[] array in BTF")?;
+        .ok_or(anyhow!(
+            "unknown lruvec_stats layout: no state[] array in BTF"
+        ))?;
     if len != present.len() {
-        return Err(format!(
+        bail!(
             "unknown lruvec_stats layout: {len} items in BTF, {} expected",
             present.len()
-        ));
+        );
     }
-    let thp = enum_items(btf, "vm_event_item")
+    let thp = btf
+        .enum_values("vm_event_item")
         .is_some_and(|e| e.iter().any(|(n, _)| n == "THP_FAULT_ALLOC"));
     Ok(std::array::from_fn(|n| {
         let it = &NUMA_ITEMS[n];
@@ -201,8 +213,8 @@ const MEMCG_KFUNCS: [&str; 5] = [
 ];
 
 /// KF_* bits for the kfuncs the running kernel's BTF declares.
-fn kfuncs_in(btf: &Btf) -> u32 {
-    let has = |name: &str| btf.type_by_name::<types::Func>(name).is_some();
+fn kfuncs_in(btf: &KernelBtf) -> u32 {
+    let has = |name: &str| btf.has_func(name);
     let mut bits = 0;
     if has("css_rstat_flush") {
         bits |= KF_CSS_RSTAT_FLUSH;
@@ -245,39 +257,33 @@ pub(crate) struct Kernel {
     /// CONFIG_NUMA: memory.numa_stat exists.
     pub(crate) has_numa_stat: bool,
     /// Where its values are, or why that is not known.
-    pub(crate) numa_layout: std::result::Result<NumaLayout, String>,
+    pub(crate) numa_layout: Result<NumaLayout>,
     /// CONFIG_SWAP: memory.swap.* can exist (the boot may leave them
     /// out: see [`swap_files_this_boot`]); else why not.
-    pub(crate) swap_files: std::result::Result<(), String>,
+    pub(crate) swap_files: Result<()>,
 }
 
 impl Kernel {
-    /// Reads the kernel's BTF (BTF_PATH, or a file standing for it);
-    /// Err says why there is none.
-    pub(crate) fn read(path: &Path) -> std::result::Result<Self, String> {
-        if !path.exists() {
-            return Err(format!("no BTF at {}", path.display()));
-        }
-        let btf =
-            Btf::from_path(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-        let has_numa_stat = btf.type_by_name::<types::Enum>("numa_stat_item").is_some();
-        let numa_layout = numa_layout(&btf);
-        let mut limits = Limits::of_this_machine(kfuncs_in(&btf), None);
+    /// What the kernel's BTF (or a file standing for it) says.
+    pub(crate) fn read(btf: &KernelBtf) -> Self {
+        let has_numa_stat = btf.enum_values("numa_stat_item").is_some();
+        let numa_layout = numa_layout(btf);
+        let mut limits = Limits::of_this_machine(kfuncs_in(btf), None);
         if has_numa_stat && limits.nodes <= NUMA_NODES {
             limits.numa = numa_layout.as_ref().ok().copied();
         }
-        let swap_files = match btf.type_by_name::<types::Func>(SWAP_FUNC) {
-            Some(_) => Ok(()),
-            None => Err(format!(
+        let swap_files = match btf.has_func(SWAP_FUNC) {
+            true => Ok(()),
+            false => Err(anyhow!(
                 "kernel has no memory.swap.*, memory.zswap.* (CONFIG_SWAP: no {SWAP_FUNC} in BTF)"
             )),
         };
-        Ok(Kernel {
+        Kernel {
             limits,
             has_numa_stat,
             numa_layout,
             swap_files,
-        })
+        }
     }
 }
 
@@ -285,7 +291,7 @@ impl Kernel {
 /// cgroup.memory=noswap leave them out on some kernels), from a cgroup
 /// under `root` with the memory controller: the files are the same in
 /// every such cgroup. With none, as CONFIG_SWAP says.
-pub(crate) fn swap_files_this_boot(root: BorrowedFd) -> std::result::Result<(), String> {
+pub(crate) fn swap_files_this_boot(root: BorrowedFd) -> Result<()> {
     let dir = format!("/proc/self/fd/{}", root.as_raw_fd());
     let Ok(children) = std::fs::read_dir(&dir) else {
         return Ok(());
@@ -297,10 +303,10 @@ pub(crate) fn swap_files_this_boot(root: BorrowedFd) -> std::result::Result<(), 
                 return Ok(());
             }
             let name = child.file_name();
-            return Err(format!(
+            bail!(
                 "this boot has no memory.swap.* (none in {}: swapaccount=0 or cgroup.memory=noswap)",
                 name.to_string_lossy()
-            ));
+            );
         }
     }
     Ok(())

@@ -4,10 +4,11 @@
 
 use super::btf_edit::edit;
 use super::btf_edit::Edit;
-use libbpf_rs::btf::Btf;
 
 use super::contract::*;
 use super::kernel::*;
+use super::layer::KernelBtf;
+use super::layer::VMLINUX_BTF as BTF_PATH;
 
 /// This machine's BTF with `edits`, in a file (dir/vmlinux); None
 /// (with a line) when this machine has no BTF.
@@ -24,9 +25,9 @@ fn edited_file(edits: &[Edit]) -> Option<tempfile::TempDir> {
     Some(dir)
 }
 
-fn edited(edits: &[Edit]) -> Option<Btf<'static>> {
+fn edited(edits: &[Edit]) -> Option<KernelBtf> {
     let dir = edited_file(edits)?;
-    Some(Btf::from_path(dir.path().join("vmlinux")).unwrap())
+    Some(KernelBtf::open(Some(&dir.path().join("vmlinux"))).unwrap())
 }
 
 /// This machine's node_stat_item with the memcg items of a kernel
@@ -36,7 +37,7 @@ fn known_layout() -> Vec<Edit<'static>> {
     let Some(btf) = edited(&[]) else {
         return Vec::new();
     };
-    let items = enum_items(&btf, "node_stat_item").unwrap();
+    let items = btf.enum_values("node_stat_item").unwrap();
     let present = (MEMCG_NODE_STAT_ITEMS.iter())
         .filter(|i| items.iter().any(|(n, _)| n == *i))
         .count();
@@ -76,7 +77,7 @@ fn numa_layout_by_names() {
         ty: "node_stat_item",
         value: "NR_DIRTIED",
     });
-    let why = numa_layout(&edited(&e).unwrap()).unwrap_err();
+    let why = numa_layout(&edited(&e).unwrap()).unwrap_err().to_string();
     assert!(why.contains("bstats_gone_NR_DIRTIED is new"), "{why}");
 
     // No CONFIG_SWAP: NR_SWAPCACHE gone from the enum and the array,
@@ -114,7 +115,7 @@ fn numa_layout_by_names() {
         member: "state",
         len: len + 1,
     });
-    let why = numa_layout(&edited(&e).unwrap()).unwrap_err();
+    let why = numa_layout(&edited(&e).unwrap()).unwrap_err().to_string();
     assert!(why.contains("expected"), "{why}");
 }
 
@@ -123,8 +124,8 @@ fn swap_files_from_btf() {
     let Some(dir) = edited_file(&[Edit::Func { name: SWAP_FUNC }]) else {
         return;
     };
-    let k = Kernel::read(&dir.path().join("vmlinux")).unwrap();
-    let why = k.swap_files.unwrap_err();
+    let k = Kernel::read(&KernelBtf::open(Some(&dir.path().join("vmlinux"))).unwrap());
+    let why = k.swap_files.unwrap_err().to_string();
     assert!(why.contains("CONFIG_SWAP"), "{why}");
 }
 

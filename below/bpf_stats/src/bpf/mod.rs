@@ -4,7 +4,8 @@
 //!
 //! - `cgroup_stats.bpf.c`, `cgroup_stats.h`: the program and the contract
 //!   (record layout and tables; `contract` is its Rust side, generated);
-//! - `load`: loading, running a pass, reading the records (all the unsafe);
+//! - `load`: loading, running a pass, reading the records (through the
+//!   BPF layer, bstats-bpf);
 //! - `protocol`: which passes a sample runs (FULL, or RANK then WANTED);
 //! - `probe`: what this kernel allows, per stat file;
 //! - `decode`: a record to a `CgroupSample`.
@@ -34,6 +35,8 @@ use std::time::Duration;
 use std::time::Instant;
 
 use anyhow::Result;
+/// The BPF layer (a module of its own where this code is part of below).
+use bstats_bpf as layer;
 use model::CgroupSample;
 use regex::Regex;
 
@@ -162,7 +165,7 @@ impl BpfBackend {
         tree: Option<&mut Tree>,
     ) -> Result<(Snapshot, bool, bool)> {
         let mut snap = Snapshot::default();
-        let (cpu, wall) = (crate::thread_cpu_time(), Instant::now());
+        let (cpu, wall) = (layer::thread_cpu_time(), Instant::now());
         let view = &mut self.view;
         view.keep_re = top.as_ref().and_then(|t| t.top.keep.clone());
         view.need_paths = view.filter.is_some() || view.keep_re.is_some() || !text.is_empty();
@@ -189,7 +192,7 @@ impl BpfBackend {
         };
         let sampled = protocol::sample(&mut program, view, rank)?;
         let (pass, keep) = (sampled.pass, sampled.keep);
-        self.last_pass = (crate::thread_cpu_time() - cpu, wall.elapsed());
+        self.last_pass = (layer::thread_cpu_time() - cpu, wall.elapsed());
         let decoder = Decoder::new(&limits, &pass);
         let records = self.loaded.records(pass.cgroups);
         let view = &self.view;

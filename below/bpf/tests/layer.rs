@@ -1,0 +1,166 @@
+//! The layer against the running kernel, with its own test program
+//! (tests/bpf/layer_test.bpf.c): a load and its setup, an iterator pass,
+//! maps read and written through mmap, a load failure's reason (the
+//! poisoned CO-RE read; libbpf's message when the verifier never ran,
+//! kept per thread), the kernel's BTF, the decoding helpers.
+
+use std::path::Path;
+use std::time::Instant;
+
+use bstats_bpf::MapView;
+use bstats_bpf::Pod;
+use bstats_testkit::skip_unless_root;
+
+const ELF: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/layer_test.bpf.o"));
+
+mod skel {
+    include!(concat!(env!("OUT_DIR"), "/layer_test.skel.rs"));
+}
+use skel::types::rodata as Rodata;
+
+// SAFETY: the skeleton's #[repr(C)] type: integers and byte arrays.
+unsafe impl Pod for Rodata {}
+
+fn load_with(step: u64, broken: bool, btf: Option<&Path>) -> anyhow::Result<libbpf_rs::Object> {
+    bstats_bpf::load("layer_test", ELF, btf, |open| {
+        bstats_bpf::set_data(open, ".rodata", |r: &mut Rodata| r.step = step)?;
+        if broken {
+            for mut p in open.progs_mut() {
+                p.set_autoload(p.name() == "read_missing_member");
+            }
+        }
+        Ok(())
+    })
+}
+
+/// The number the pass printed ("counted N").
+fn printed(out: &[u8]) -> u64 {
+    let text = String::from_utf8_lossy(out);
+    let n = text.trim().strip_prefix("counted ");
+    n.and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("unexpected output {text:?}"))
+}
+
+#[test]
+fn loads_runs_an_iterator_and_shares_its_maps() {
+    if skip_unless_root("loads BPF") {
+        return;
+    }
+    let obj = load_with(3, false, None).expect("load");
+    let link = bstats_bpf::prog(&obj, "count_tasks")
+        .and_then(|p| Ok(p.attach()?))
+        .expect("attach");
+    let mut bss = MapView::<u64>::new(&bstats_bpf::map(&obj, ".bss").expect(".bss")).expect("mmap");
+    for pass in 0..2 {
+        let mut out = Vec::new();
+        bstats_bpf::run_iter(&link, &mut out).expect("pass");
+        let counted = bss.get(0);
+        // What the program printed at its end is what the view reads.
+        assert_eq!(printed(&out), counted, "pass {pass}");
+        assert_eq!(counted % 3, 0, "the .rodata step set at load");
+        assert!(counted / 3 > 1, "more than one task: {counted}");
+        // A write the program sees: it resets the count at its first task.
+        bss.update(0, |c| *c = 1);
+        assert_eq!(bss.get(0), 1);
+    }
+    let err = bstats_bpf::map(&obj, "no_such_map").expect_err("no such map");
+    assert_eq!(err.to_string(), "the BPF object has no map no_such_map");
+}
+
+#[test]
+fn a_failed_co_re_relocation_is_the_reason() {
+    if skip_unless_root("loads BPF") {
+        return;
+    }
+    // Two threads: one load fails, one succeeds, each with its own log.
+    let good = std::thread::spawn(|| load_with(1, false, None).map(|_| ()));
+    let err = load_with(1, true, None).expect_err("the verifier rejects it");
+    let why = format!("{err:#}");
+    assert!(
+        why.contains("failed to resolve CO-RE relocation") && why.contains("no_such_member"),
+        "{why}"
+    );
+    good.join().expect("thread").expect("the other load");
+}
+
+#[test]
+fn libbpf_says_why_when_the_verifier_never_ran() {
+    if skip_unless_root("loads BPF") {
+        return;
+    }
+    // Not BTF: libbpf fails relocating, before any program loads; its
+    // message is kept by the thread that loads.
+    let err = load_with(1, false, Some(Path::new("/proc/self/stat")))
+        .expect_err("no BTF to relocate against");
+    let why = format!("{err:#}");
+    assert!(
+        why.contains("libbpf: failed to perform CO-RE relocations"),
+        "{why}"
+    );
+}
+
+#[test]
+fn reads_the_kernels_btf_once() {
+    let Ok(btf) = bstats_bpf::KernelBtf::open(None) else {
+        println!("skipped: no {}", bstats_bpf::VMLINUX_BTF);
+        return;
+    };
+    assert!(btf.has_func("do_exit"));
+    assert!(!btf.has_func("no_such_function"));
+    assert!(btf.has_typedef("btf_trace_sched_process_exit"));
+    let maps = btf.enum_values("bpf_map_type").expect("enum bpf_map_type");
+    assert!(maps.contains(&("BPF_MAP_TYPE_ARRAY".to_owned(), 2)));
+    assert_eq!(btf.custom_path(), None);
+    let err = bstats_bpf::KernelBtf::open(Some(Path::new("/no/such/btf")))
+        .err()
+        .expect("no file");
+    assert_eq!(err.to_string(), "no BTF at /no/such/btf");
+}
+
+#[test]
+fn splits_cputime_like_cputime_adjust() {
+    use bstats_bpf::cputime_adjust;
+    // One split (a finished process): the ratio, exact.
+    assert_eq!(cputime_adjust(1000, 0, 0, (0, 0)), (1000, 0));
+    assert_eq!(cputime_adjust(1000, 4, 0, (0, 0)), (1000, 0));
+    assert_eq!(cputime_adjust(1000, 0, 4, (0, 0)), (0, 1000));
+    assert_eq!(cputime_adjust(1000, 3, 1, (0, 0)), (750, 250));
+    assert_eq!(cputime_adjust(1000, 300, 100, (0, 0)), (750, 250));
+    let big = u64::MAX / 2;
+    assert_eq!(
+        cputime_adjust(big, big, big, (0, 0)),
+        (big - big / 2, big / 2)
+    );
+    // Never below what was handed out: stime held, utime takes the
+    // rest; utime held, stime takes the rest.
+    assert_eq!(cputime_adjust(1000, 3, 1, (100, 600)), (400, 600));
+    assert_eq!(cputime_adjust(1000, 1, 3, (900, 0)), (900, 100));
+    // Across samples: neither part goes back.
+    assert_eq!(cputime_adjust(1000, 1, 1, (750, 250)), (750, 250));
+    assert_eq!(cputime_adjust(1100, 1000, 1, (750, 250)), (850, 250));
+    assert_eq!(cputime_adjust(1100, 1, 1000, (750, 250)), (750, 350));
+}
+
+#[test]
+fn decodes_c_strings_and_reads_clocks() {
+    let mut name = [0i8; 8];
+    for (d, b) in name.iter_mut().zip(b"burn\0x") {
+        *d = *b as i8;
+    }
+    assert_eq!(bstats_bpf::c_string(&name), "burn");
+    assert_eq!(bstats_bpf::c_string(&[b'a' as i8; 3]), "aaa");
+    assert!(bstats_bpf::page_size().is_power_of_two());
+
+    let (thread, process) = (
+        bstats_bpf::thread_cpu_time(),
+        bstats_bpf::process_cpu_time(),
+    );
+    let start = Instant::now();
+    let mut x = 0u64;
+    while start.elapsed().as_millis() < 50 {
+        x = std::hint::black_box(x.wrapping_add(1));
+    }
+    let spent = bstats_bpf::thread_cpu_time() - thread;
+    assert!(spent.as_millis() >= 10, "thread CPU time {spent:?}");
+    assert!(bstats_bpf::process_cpu_time() - process >= spent);
+}
