@@ -274,15 +274,20 @@ pub fn prog<'o>(obj: &'o Object, name: &str) -> Result<ProgramMut<'o>> {
 /// Runs the iterator of `link` once to its end, appending what it
 /// printed to `out`.
 pub fn run_iter(link: &Link, out: &mut Vec<u8>) -> Result<()> {
-    let mut it = Iter::new(link).context("BPF_ITER_CREATE failed")?;
-    // A program that prints nothing walks everything in one read(2),
+    // The kernel hands out at most its seq_file buffer (8 pages) per read;
+    // a program that prints nothing walks everything in one read(2),
     // which returns 0.
-    let mut chunk = [0u8; 4096];
+    const CHUNK: usize = 64 * 1024;
+    let mut it = Iter::new(link).context("BPF_ITER_CREATE failed")?;
     loop {
-        match it.read(&mut chunk) {
+        let len = out.len();
+        out.resize(len + CHUNK, 0);
+        let read = it.read(&mut out[len..]);
+        out.truncate(len + *read.as_ref().unwrap_or(&0));
+        match read {
             Ok(0) => return Ok(()),
-            Ok(n) => out.extend_from_slice(&chunk[..n]),
-            Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+            Ok(_) => {}
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
             Err(e) => return Err(e).context("reading the BPF iterator failed"),
         }
     }
