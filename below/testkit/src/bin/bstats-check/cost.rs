@@ -2,7 +2,6 @@
 
 use std::fs;
 use std::path::Path;
-use std::time::Duration;
 use std::time::Instant;
 
 use anyhow::bail;
@@ -108,14 +107,6 @@ pub fn syscalls() -> Result<()> {
     Ok(())
 }
 
-fn cpu_time() -> Duration {
-    // SAFETY: getrusage fills the struct.
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
-    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
-    tv(ru.ru_utime) + tv(ru.ru_stime)
-}
-
 /// CPU (user+sys) per sample at `n` cgroups: BPF pass, BPF pass +
 /// tree build, plain read.
 pub fn bench(n: usize, samples: u32) -> Result<()> {
@@ -131,12 +122,12 @@ pub fn bench(n: usize, samples: u32) -> Result<()> {
     }
     let per_sample = |label: &str, f: &mut dyn FnMut() -> usize| {
         let nodes = f(); // warm up
-        let t0 = cpu_time();
+        let t0 = bstats_bpf::process_cpu_time();
         let w0 = Instant::now();
         for _ in 0..samples {
             f();
         }
-        let cpu = (cpu_time() - t0) / samples;
+        let cpu = (bstats_bpf::process_cpu_time() - t0) / samples;
         let wall = w0.elapsed() / samples;
         println!("bench: {label:<28} {nodes:>5} cgroups  cpu {cpu:>10.3?}/sample  wall {wall:>10.3?}/sample");
     };

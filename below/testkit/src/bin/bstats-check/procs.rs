@@ -605,16 +605,6 @@ fn violations(b: &procfs::PidInfo, g: &procfs::PidInfo, a: &procfs::PidInfo) -> 
     out
 }
 
-/// CPU time of this process (all threads: fb_procfs reads command lines
-/// on a thread pool).
-fn process_cpu() -> Duration {
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: getrusage writes the struct we own.
-    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
-    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
-    tv(ru.ru_utime) + tv(ru.ru_stime)
-}
-
 /// Wall and CPU time per read of every process, fb_procfs vs BPF, with
 /// `n` more (idle, 2-thread) processes than the system has.
 pub fn bench(n: usize, samples: u32) -> Result<()> {
@@ -628,11 +618,14 @@ pub fn bench(n: usize, samples: u32) -> Result<()> {
     let mut count = 0;
     let mut time = |name: &str, f: &mut dyn FnMut() -> Result<procfs::PidMap>| -> Result<()> {
         f()?;
-        let (w0, c0) = (Instant::now(), process_cpu());
+        let (w0, c0) = (Instant::now(), bstats_bpf::process_cpu_time());
         for _ in 0..samples {
             count = f()?.len();
         }
-        let (w, c) = (w0.elapsed() / samples, (process_cpu() - c0) / samples);
+        let (w, c) = (
+            w0.elapsed() / samples,
+            (bstats_bpf::process_cpu_time() - c0) / samples,
+        );
         println!(
             "{name}: {count} processes, per read {:.2} ms wall, {:.2} ms CPU",
             w.as_secs_f64() * 1e3,
