@@ -437,6 +437,19 @@ struct psi_collect {
 #define SCRATCH_U32(off) (*(__u32 *)((void *)scratch + ((off) & (SCRATCH_LONGS * 8 - 4))))
 #define SCRATCH_U64(off) (*(__u64 *)((void *)scratch + ((off) & (SCRATCH_LONGS * 8 - 8))))
 
+/* A bucket's time since the aggregator's last look. That look took the
+ * CPU's own clock, which may be ahead of `psi_cpu_now` (this CPU's
+ * rq->clock, up to a tick old): time it counted past our clock is not yet
+ * ours, 0, not the u32 wrap (~4.29 s) the kernel's subtraction would give.
+ * Its own deltas stay below 2^32 ns; one that close to it is that wrap. */
+#define PSI_CLOCK_SKEW_NS 1000000000U
+static __always_inline __u32 psi_since(__u32 t, __u32 prev)
+{
+	__u32 d = t - prev;
+
+	return d > (__u32)-PSI_CLOCK_SKEW_NS ? 0 : d;
+}
+
 #define PSI_CPU_ROW(row, state)                                                       \
 	{                                                                             \
 		__u32 s = PSI_STATE_OF(state);                                        \
@@ -444,7 +457,7 @@ struct psi_collect {
 		if (mask & (1U << s))                                                 \
 			t += running;                                                 \
 		c->deltas[PSI_ROW_##row] +=                                           \
-			(__u64)(__u32)(t - SCRATCH_U32(prev + 4 * s)) * nonidle;      \
+			(__u64)psi_since(t, SCRATCH_U32(prev + 4 * s)) * nonidle;     \
 	}
 
 static long psi_collect_cpu(__u64 cpu, void *data)
@@ -471,7 +484,7 @@ static long psi_collect_cpu(__u64 cpu, void *data)
 	t = SCRATCH_U32(times + 4 * nonidle_state);
 	if (mask & (1U << nonidle_state))
 		t += running;
-	nonidle = (__u32)(t - SCRATCH_U32(prev + 4 * nonidle_state)) / psi_tick_ns;
+	nonidle = psi_since(t, SCRATCH_U32(prev + 4 * nonidle_state)) / psi_tick_ns;
 	c->nonidle_total += nonidle;
 	PSI_ROWS(PSI_CPU_ROW)
 	return 0;
