@@ -10,7 +10,9 @@
 #           before and after each sample puts it, without and with top-N;
 #           each planted error must be caught.
 # psi:      pressure under memory.high and 40 s idle after: what auto
-#           samples (BPF) equals the file read right after.
+#           samples (BPF) equals the file read right after; totals of
+#           cgroups whose tasks contend and move lie between the reads
+#           around each sample.
 set -u
 B=/bstats-check
 fail=0
@@ -47,6 +49,7 @@ parity)
   ;;
 psi)
   check psi-idle $B psi-idle --pressure 12 --idle 40
+  check psi-totals $B psi-totals 1500
   ;;
 *)
   echo "unknown stage $1"; fail=1

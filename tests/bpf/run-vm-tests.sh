@@ -18,7 +18,9 @@
 #             before and after, without and with top-N; planted errors must
 #             be caught
 #   psi       (debian-7.3) a cgroup under memory pressure 12 s, then idle
-#             40 s; sampled pressure == the file read right after; psi:patched
+#             40 s; sampled pressure == the file read right after; totals
+#             of cgroups whose tasks contend and move between the reads
+#             around each sample; psi:patched
 #             is the same on our stream kernel, where auto gives pressure to BPF
 #   host      the same fallback check on this host (cargo test, needs root)
 # Fails (non-zero) when any check fails. Logs: tests/vm's cache logs dir.

@@ -92,6 +92,15 @@ enum Check {
         #[arg(default_value = "auto")]
         backend: BackendChoice,
     },
+    /// Tasks contending for the CPUs and moving between cgroups: every
+    /// pressure total BACKEND samples lies between the file's reads just
+    /// before and after, SAMPLES times
+    PsiTotals {
+        #[arg(default_value_t = 1500)]
+        samples: u32,
+        #[arg(default_value = "auto")]
+        backend: BackendChoice,
+    },
     /// Varied processes stopped with SIGSTOP: the BPF process backend ==
     /// fb_procfs, every PidInfo field
     ProcsFrozen,
@@ -144,6 +153,7 @@ fn main() -> Result<()> {
             idle,
             backend,
         } => psi::idle_after_pressure(pressure, idle, backend),
+        Check::PsiTotals { samples, backend } => psi::totals_while_moving(samples, backend),
         Check::FrozenTree { cmd } => frozen::frozen_tree(&cmd),
         Check::LiveTree { cmd } => parity::live_tree(&cmd),
         Check::ProcsFrozen => procs::frozen(),

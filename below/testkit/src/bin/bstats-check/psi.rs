@@ -16,6 +16,7 @@ use bpf_stats::BackendKind;
 use bpf_stats::CgroupCollector;
 use bpf_stats::StatFile;
 use bstats_testkit::Controllers;
+use bstats_testkit::Cpu;
 use bstats_testkit::Fixture;
 use bstats_testkit::Work;
 use cgroupfs::Pressure;
@@ -199,5 +200,107 @@ pub fn idle_after_pressure(pressure_s: u64, idle_s: u64, backend: BackendChoice)
         bail!("no decaying memory pressure to check: avg10 {a10}, avg60 {a60}");
     }
     println!("psi: OK");
+    Ok(())
+}
+
+/// Pressure totals while tasks contend for the CPUs and move between two
+/// cgroups: `samples` times the file is read, `backend` samples, the file
+/// is read again; every total the sample has must lie between the two
+/// reads (or at most the time between them past the first). The read just before the pass brings the kernel's aggregation
+/// up to that read's clock, the case a pass with an older clock must not
+/// count twice (or wrap).
+pub fn totals_while_moving(samples: u32, backend: BackendChoice) -> Result<()> {
+    let root = cgroup_root()?;
+    let mut t = Fixture::new(&root, "psitot", Controllers::Only(&["cpu"]))?;
+    let dirs = [t.top().to_owned(), t.mkdir("a")?, t.mkdir("b")?];
+    let rels: Vec<String> = ["", "/a", "/b"]
+        .iter()
+        .map(|s| format!("{}{s}", t.name()))
+        .collect();
+    let spin = Work {
+        cpu: Cpu::Spin,
+        ..Work::default()
+    };
+    // More spinners than CPUs: "some" is on most of the time, on every CPU.
+    let cpus = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let mut movers = Vec::new();
+    for i in 0..cpus + 1 {
+        let pid = t.spawn(&dirs[1 + i % 2], &spin)?;
+        movers.push(pid);
+    }
+    let mut c = CgroupCollector::new(&options(&root, backend))?;
+    let served = c
+        .plan()
+        .files
+        .iter()
+        .find(|f| f.file == StatFile::CpuPressure)
+        .context("cpu.pressure not in the plan")?;
+    println!(
+        "psi-totals: cpu.pressure {} ({})",
+        served.backend, served.reason
+    );
+    if backend != BackendChoice::Read && served.backend != BackendKind::Bpf {
+        bail!("cpu.pressure is not served by BPF");
+    }
+    let read = |rel: &str| -> Result<Pressure> {
+        cgroupfs::CgroupReader::new_with_relative_path(root.clone(), rel.into())?
+            .read_pressure()
+            .with_context(|| format!("reading {rel}'s pressure files"))
+    };
+    let (mut checked, mut bad) = (0usize, Vec::new());
+    for n in 0..samples {
+        // One spinner changes cgroup each sample: a and b's states change
+        // on its CPU, the parent's stay.
+        let pid = movers[n as usize % movers.len()];
+        t.set(
+            &dirs[1 + (n as usize + 1) % 2],
+            "cgroup.procs",
+            &pid.to_string(),
+        )?;
+        let t0 = Instant::now();
+        let before = rels.iter().map(|r| read(r)).collect::<Result<Vec<_>>>()?;
+        let snap = c.collect();
+        let after = rels.iter().map(|r| read(r)).collect::<Result<Vec<_>>>()?;
+        // The kernel weights each aggregation's stall time by the CPUs'
+        // non-idle time, which does not add up over split intervals: a
+        // read at the pass may print more than the read after, never more
+        // than the read before plus the time since (and a tick).
+        let since_us = (t0.elapsed() + Duration::from_millis(10)).as_micros() as u64;
+        for (i, rel) in rels.iter().enumerate() {
+            let node = (0..snap.nodes.len())
+                .find(|&k| snap.path_of(k) == *rel)
+                .with_context(|| format!("{rel} not in sample {n}"))?;
+            let Some(sampled) = snap.nodes[node].sample.pressure.as_ref() else {
+                bail!("no pressure sampled for {rel}");
+            };
+            let rows = rows(sampled)
+                .into_iter()
+                .zip(rows(&before[i]))
+                .zip(rows(&after[i]));
+            for (((name, s), (_, b)), (_, a)) in rows {
+                let total = |m: Option<&PressureMetrics>| m.and_then(|m| m.total);
+                let (Some(v), Some(lo), Some(hi)) = (total(s), total(b), total(a)) else {
+                    continue;
+                };
+                checked += 1;
+                if v < lo || v > hi.max(lo + since_us) {
+                    bad.push(format!(
+                        "sample {n} {rel} {name} total: before={lo} value={v} after={hi} \
+                         ({since_us} us from the read before to the read after)"
+                    ));
+                }
+            }
+        }
+    }
+    println!(
+        "psi-totals: {samples} samples, {checked} totals checked, {} outside the reads around them",
+        bad.len()
+    );
+    for b in bad.iter().take(10) {
+        println!("  FAIL {b}");
+    }
+    if !bad.is_empty() {
+        bail!("{} pressure totals outside the file's reads", bad.len());
+    }
     Ok(())
 }
