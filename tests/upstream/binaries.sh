@@ -2,9 +2,9 @@
 # Usage: tests/upstream/binaries.sh [stock|patched]
 # Builds (incrementally, cached under ${BELOW_VM_CACHE:-$HOME/.cache/below-vm}/upstream)
 # and prints below main from the pinned tarball in ../shared/upstream:
-#   stock    pristine + the open-source build fixes at the head of patches/below
+#   stock    pristine + the open-source build fixes (patches/below/build)
 #            (below main does not build outside Meta without them)
-#   patched  pristine + all of patches/below
+#   patched  stock + the reader series (patches/below/reader)
 # With an argument: that binary's path (last stdout line). Without: one line
 # per binary, "below-main-stock PATH" and "below-main-patched PATH".
 # Config keys for recorders (upstream has no --store-dir): store_dir,

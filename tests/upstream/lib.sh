@@ -15,10 +15,11 @@ upstream_tarball() {
   first_existing "$REPO_ROOT/../shared/upstream/$name" ${common:+"$(dirname "$common")/../shared/upstream/$name"}
 }
 UPSTREAM_TARBALL=$(upstream_tarball)
-SERIES_DIR=$REPO_ROOT/patches/below
-# The series starts with the open-source build fixes: below main cannot be
-# built outside Meta without them, so "stock" is the pristine tree plus these.
-BUILD_FIX_PATCHES=2
+# Two pull requests: the open-source build fixes (below main cannot be
+# built outside Meta without them, so "stock" is the pristine tree plus
+# these), and the reader series on top of them.
+BUILD_SERIES=$REPO_ROOT/patches/below/build
+READER_SERIES=$REPO_ROOT/patches/below/reader
 UP=$CACHE/upstream
 LIBCLANG_DIR=/usr/lib/llvm-19/lib
 # Bump when the harness steps below change: trees are re-prepared.
@@ -60,17 +61,16 @@ upstream_rustfmt() {
 
 upstream_available() { [ -n "$UPSTREAM_TARBALL" ] && [ -f "$UPSTREAM_TARBALL" ]; }
 
-# The series' patches in order (cover letter excluded), for VARIANT
-# stock|patched.
+# A pull request's patches in order (cover letter excluded).
+pr_patches() {
+  find "$1" -maxdepth 1 -name '[0-9][0-9][0-9][0-9]-*.patch' ! -name '0000-*' | LC_ALL=C sort
+}
+
+# The patches applied for VARIANT stock (the build fixes) or patched (and
+# the reader series).
 series_patches() {
-  local all=()
-  mapfile -t all < <(find "$SERIES_DIR" -maxdepth 1 -name '[0-9][0-9][0-9][0-9]-*.patch' \
-    ! -name '0000-*' | LC_ALL=C sort)
-  if [ "$1" = stock ]; then
-    printf '%s\n' "${all[@]:0:$BUILD_FIX_PATCHES}"
-  else
-    printf '%s\n' "${all[@]}"
-  fi
+  pr_patches "$BUILD_SERIES"
+  [ "$1" = stock ] || pr_patches "$READER_SERIES"
 }
 
 # What a tree is made of: tarball, patches, harness version.

@@ -10,10 +10,12 @@
 # upstream's style. --copy writes them into TREE (a git checkout of below
 # main with the series applied as commits): commit them there with `git
 # commit --fixup`, rebase with --autosquash and `git format-patch` into
-# patches/below. --refresh does all of that in a scratch tree: each changed
-# file is folded into the last patch of the series that touches it (so no
-# later patch conflicts), and the patches after the build fixes are written
-# anew (the cover letter and the build fixes are left as they are).
+# patches/below/reader. --refresh does all of that in a scratch tree: each
+# changed file is folded into the last patch of the series that touches it
+# (so no later patch conflicts), the reader series (patches/below/reader,
+# numbered on its own on top of the build fixes) is written anew, and both
+# cover letters get git's shortlog and diffstat (the build fixes and the
+# cover letters' own text are left as they are).
 set -euo pipefail
 # shellcheck source=tests/upstream/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -85,16 +87,23 @@ case "${1:-}" in
       ugit -C "$tree" commit -q --fixup="$last" -- "$f"
     done < <(ugit -C "$tree" diff --name-only --diff-filter=d pristine HEAD -- '*.rs')
     GIT_SEQUENCE_EDITOR=: ugit -C "$tree" rebase -q -i --autosquash pristine >&2
+    # The reader series is numbered on its own, on top of the build fixes.
     out=$(mktemp -d "$tree/.out.XXXXXX")
-    ugit -C "$tree" format-patch -q -o "$out" pristine..HEAD
-    n=0
-    for f in "$out"/*.patch; do
-      n=$((n + 1))
-      [ "$n" -gt "$BUILD_FIX_PATCHES" ] || continue
-      rm -f "$SERIES_DIR/$(basename "$f" | cut -c1-4)"-*.patch
-      cp "$f" "$SERIES_DIR/"
+    base=$(ugit -C "$tree" rev-list --reverse pristine..HEAD | sed -n "$(pr_patches "$BUILD_SERIES" | wc -l)p")
+    ugit -C "$tree" format-patch -q -o "$out" "$base..HEAD"
+    pr_patches "$READER_SERIES" | xargs -r rm -f
+    cp "$out"/*.patch "$READER_SERIES/"
+    # Each cover letter's shortlog and diffstat as git writes them for its
+    # pull request (the text above them is written by hand).
+    for pr in "$BUILD_SERIES pristine..$base" "$READER_SERIES $base..HEAD"; do
+      read -r dir range <<<"$pr"
+      cover=$dir/0000-cover-letter.patch
+      { sed '/^Below Dev (/,$d' "$cover"
+        ugit -C "$tree" format-patch --cover-letter --stdout "$range" | sed -n '/^Below Dev (/,/^-- $/p' | sed '$d'
+        printf 'base-commit: %s\n-- \n2.39.5\n' "$UPSTREAM_COMMIT"
+      } >"$tree/cover" && mv "$tree/cover" "$cover"
     done
-    git -C "$REPO_ROOT" status --short -- "$SERIES_DIR"
+    git -C "$REPO_ROOT" status --short -- "$BUILD_SERIES" "$READER_SERIES"
     ;;
   *) sed -n '2,19p' "$0" >&2; exit 2 ;;
 esac
