@@ -15,16 +15,6 @@
 //! Compiles the layer's test program (tests/bpf), which the integration
 //! tests load, and its skeleton (their types for its data sections).
 
-use std::env;
-use std::path::PathBuf;
-
-const SRC: &str = "tests/bpf/layer_test.bpf.c";
-
 fn main() {
-    let clang = bstats_bpf_build::clang();
-    let out = PathBuf::from(env::var_os("OUT_DIR").expect("OUT_DIR is set by cargo"));
-    bstats_bpf_build::skeleton(SRC, &clang, &[])
-        .obj(out.join("layer_test.bpf.o"))
-        .build_and_generate(out.join("layer_test.skel.rs"))
-        .unwrap_or_else(|e| panic!("building {SRC} with {clang} failed: {e:#}"));
+    bstats_bpf_build::build_program("tests/bpf", "layer_test");
 }

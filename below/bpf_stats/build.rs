@@ -6,7 +6,6 @@
 use std::env;
 use std::path::PathBuf;
 
-const SRC: &str = "src/bpf/cgroup_stats.bpf.c";
 const HEADER: &str = "src/bpf/cgroup_stats.h";
 
 include!("src/bpf/contract_gen.rs");
@@ -32,10 +31,7 @@ fn main() {
     )
     .expect("writing the generated contract");
 
-    let clang = bstats_bpf_build::clang();
-    bstats_bpf_build::skeleton(SRC, &clang, &["src/bpf"])
-        // Loaded from these bytes, and read by the contract test (its BTF).
-        .obj(out_dir.join("cgroup_stats.bpf.o"))
-        .build_and_generate(out_dir.join("cgroup_stats.skel.rs"))
-        .unwrap_or_else(|e| panic!("building {SRC} with {clang} failed: {e:#}"));
+    // The object is loaded from its bytes, and read by the contract test
+    // (its BTF).
+    bstats_bpf_build::build_program("src/bpf", "cgroup_stats");
 }

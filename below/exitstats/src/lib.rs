@@ -263,8 +263,12 @@ fn cgroup_path(e: &Event) -> String {
 /// Memory (its mm is gone by now), cmdline and exe are unknown.
 fn pid_info(e: &Event) -> procfs::PidInfo {
     // One split: the process is gone, no later one to stay above.
-    let (user_ns, system_ns) =
-        bstats_bpf::cputime_adjust(e.runtime_ns, e.utime_ns, e.stime_ns, (0, 0));
+    let (user_ns, system_ns) = bstats_bpf::cputime_adjust(
+        e.usage.runtime_ns,
+        e.usage.utime_ns,
+        e.usage.stime_ns,
+        (0, 0),
+    );
     let has_io = e.flags.0 & exit_flags::EXIT_HAS_IO.0 != 0;
     procfs::PidInfo {
         stat: procfs::PidStat {
@@ -274,8 +278,8 @@ fn pid_info(e: &Event) -> procfs::PidInfo {
             ppid: Some(e.ppid),
             pgrp: Some(e.pgrp),
             session: Some(e.sid),
-            minflt: Some(e.min_flt),
-            majflt: Some(e.maj_flt),
+            minflt: Some(e.usage.min_flt),
+            majflt: Some(e.usage.maj_flt),
             user_usecs: Some(user_ns / 1000),
             system_usecs: Some(system_ns / 1000),
             num_threads: Some(e.nr_threads as u64),
@@ -284,8 +288,8 @@ fn pid_info(e: &Event) -> procfs::PidInfo {
             processor: Some(e.cpu),
         },
         io: procfs::PidIo {
-            rbytes: has_io.then_some(e.read_bytes),
-            wbytes: has_io.then_some(e.write_bytes),
+            rbytes: has_io.then_some(e.usage.read_bytes),
+            wbytes: has_io.then_some(e.usage.write_bytes),
         },
         cgroup: cgroup_path(e),
         ..Default::default()
@@ -294,6 +298,7 @@ fn pid_info(e: &Event) -> procfs::PidInfo {
 
 #[cfg(test)]
 mod tests {
+    use super::skel::types::task_usage;
     use super::*;
 
     fn name(s: &str) -> [std::ffi::c_char; 64] {
@@ -309,12 +314,15 @@ mod tests {
         let mut e = Event {
             pid: 42,
             ppid: 1,
-            utime_ns: 1,
-            stime_ns: 1,
-            runtime_ns: 300_000_000,
+            usage: task_usage {
+                utime_ns: 1,
+                stime_ns: 1,
+                runtime_ns: 300_000_000,
+                read_bytes: 4096,
+                ..Default::default()
+            },
             age_ns: 2_500_000_000,
             flags: exit_flags::EXIT_HAS_IO,
-            read_bytes: 4096,
             cgroup_levels: 2,
             ..Default::default()
         };

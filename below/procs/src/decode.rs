@@ -16,18 +16,21 @@ use crate::skel::types::proc_rec;
 use crate::skel::types::rec_head;
 use crate::skel::types::rec_kind;
 use crate::skel::types::task_fact;
+use crate::skel::types::task_usage;
 use crate::skel::types::thread_rec;
 
-/// What its threads add to a thread group (/proc/PID/stat's "whole").
-#[derive(Default, Clone, Copy, Debug, PartialEq)]
-pub(crate) struct Threads {
-    pub utime_ns: u64,
-    pub stime_ns: u64,
-    pub runtime_ns: u64,
-    pub min_flt: u64,
-    pub maj_flt: u64,
-    pub read_bytes: u64,
-    pub write_bytes: u64,
+/// `a` and `b` added up: a thread group's usage is its threads' and its
+/// gone threads' (/proc/PID/stat's "whole").
+pub(crate) fn sum(a: &task_usage, b: &task_usage) -> task_usage {
+    task_usage {
+        utime_ns: a.utime_ns + b.utime_ns,
+        stime_ns: a.stime_ns + b.stime_ns,
+        runtime_ns: a.runtime_ns + b.runtime_ns,
+        min_flt: a.min_flt + b.min_flt,
+        maj_flt: a.maj_flt + b.maj_flt,
+        read_bytes: a.read_bytes + b.read_bytes,
+        write_bytes: a.write_bytes + b.write_bytes,
+    }
 }
 
 /// One pass, parsed.
@@ -35,7 +38,8 @@ pub(crate) struct Threads {
 pub(crate) struct Pass<'a> {
     pub facts: u32,
     pub procs: Vec<(proc_rec, &'a [u8])>,
-    pub threads: BTreeMap<i32, Threads>,
+    /// Per thread group, what its live threads have used.
+    pub threads: BTreeMap<i32, task_usage>,
 }
 
 pub(crate) fn parse(out: &[u8]) -> Result<Pass<'_>> {
@@ -59,13 +63,7 @@ pub(crate) fn parse(out: &[u8]) -> Result<Pass<'_>> {
         } else if kind == rec_kind::REC_THREAD {
             let t = raw::read::<thread_rec>(rec).ok_or_else(short)?;
             let s = pass.threads.entry(t.head.tgid).or_default();
-            s.utime_ns += t.utime_ns;
-            s.stime_ns += t.stime_ns;
-            s.runtime_ns += t.runtime_ns;
-            s.min_flt += t.min_flt;
-            s.maj_flt += t.maj_flt;
-            s.read_bytes += t.read_bytes;
-            s.write_bytes += t.write_bytes;
+            *s = sum(s, &t.usage);
         } else if kind == rec_kind::REC_PROC {
             let p = raw::read::<proc_rec>(rec).ok_or_else(short)?;
             let cmd = &rec[std::mem::size_of::<proc_rec>()..];
@@ -181,7 +179,7 @@ fn comm(p: &proc_rec) -> String {
 /// it per process). Left for the caller: cgroup, cmdline, exe_path.
 pub(crate) fn pid_info(
     p: &proc_rec,
-    t: &Threads,
+    threads: &task_usage,
     facts: u32,
     units: Units,
     uptime_secs: u64,
@@ -192,10 +190,11 @@ pub(crate) fn pid_info(
     let mm = has(p.flags, proc_flags::PROC_HAS_MM);
     // Never below the process's prev_cputime (the last split handed out):
     // read, not stored, which gives the numbers a read after ours gets.
+    let u = sum(&p.gone, threads);
     let (user_ns, system_ns) = bstats_bpf::cputime_adjust(
-        p.sig_runtime_ns + t.runtime_ns,
-        p.sig_utime_ns + t.utime_ns,
-        p.sig_stime_ns + t.stime_ns,
+        u.runtime_ns,
+        u.utime_ns,
+        u.stime_ns,
         (p.prev_utime_ns, p.prev_stime_ns),
     );
     let tick_ns = 1_000_000_000 / units.ticks_per_sec;
@@ -215,8 +214,8 @@ pub(crate) fn pid_info(
             ppid: Some(if alive { p.ppid } else { 0 }),
             pgrp: Some(if alive { p.pgrp } else { 0 }),
             session: Some(if alive { p.sid } else { 0 }),
-            minflt: Some(p.sig_min_flt + t.min_flt),
-            majflt: Some(p.sig_maj_flt + t.maj_flt),
+            minflt: Some(u.min_flt),
+            majflt: Some(u.maj_flt),
             user_usecs: Some(units.usecs(user_ns)),
             system_usecs: Some(units.usecs(system_ns)),
             num_threads: Some(p.nr_threads as u64),
@@ -228,8 +227,8 @@ pub(crate) fn pid_info(
         },
         io: if fact(task_fact::FACT_IOAC) {
             procfs::PidIo {
-                rbytes: Some(p.sig_read_bytes + t.read_bytes),
-                wbytes: Some(p.sig_write_bytes + t.write_bytes),
+                rbytes: Some(u.read_bytes),
+                wbytes: Some(u.write_bytes),
             }
         } else {
             Default::default()

@@ -6,6 +6,7 @@ use crate::skel::types::proc_rec;
 use crate::skel::types::rec_head;
 use crate::skel::types::rec_kind;
 use crate::skel::types::task_fact;
+use crate::skel::types::task_usage;
 use crate::skel::types::thread_rec;
 
 const UNITS: Units = Units {
@@ -36,13 +37,15 @@ fn thread(tgid: i32, utime: u64, stime: u64, runtime: u64, flt: u64) -> Vec<u8> 
             std::mem::size_of::<thread_rec>(),
             tgid,
         ),
-        utime_ns: utime,
-        stime_ns: stime,
-        runtime_ns: runtime,
-        min_flt: flt,
-        maj_flt: 1,
-        read_bytes: 4096,
-        write_bytes: 512,
+        usage: task_usage {
+            utime_ns: utime,
+            stime_ns: stime,
+            runtime_ns: runtime,
+            min_flt: flt,
+            maj_flt: 1,
+            read_bytes: 4096,
+            write_bytes: 512,
+        },
     })
 }
 
@@ -94,11 +97,12 @@ fn parses_and_sums_thread_groups() {
         cpu: 1,
         nr_threads: 2,
         ns_levels: 2,
-        sig_utime_ns: 0,
-        sig_stime_ns: 0,
-        sig_runtime_ns: 100_000_000,
-        sig_min_flt: 10,
-        sig_read_bytes: 1,
+        gone: task_usage {
+            runtime_ns: 100_000_000,
+            min_flt: 10,
+            read_bytes: 1,
+            ..Default::default()
+        },
         start_boottime_ns: 5_250_000_000,
         total_vm: 100,
         locked_vm: 1,

@@ -26,6 +26,7 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_core_read.h>
 #include <bpf/bpf_tracing.h>
+#include "task_usage.h"
 #include "exitstats.h"
 
 /* GPL-compatible: the kernel lets only such programs call the GPL-only
@@ -44,21 +45,6 @@ __u64 dropped;
 /* Never set: puts the event type (nothing else refers to it) into the
  * object's BTF, from which the skeleton generates its Rust twin. */
 struct exit_event *event_type __attribute__((unused));
-
-/* What one task adds to its thread group's totals while it is still
- * linked (not yet folded into signal_struct by release_task). */
-static __always_inline void add_task(struct exit_event *e, struct task_struct *t)
-{
-	e->utime_ns += BPF_CORE_READ(t, utime);
-	e->stime_ns += BPF_CORE_READ(t, stime);
-	e->runtime_ns += BPF_CORE_READ(t, se.sum_exec_runtime);
-	e->min_flt += BPF_CORE_READ(t, min_flt);
-	e->maj_flt += BPF_CORE_READ(t, maj_flt);
-	if (bpf_core_field_exists(t->ioac.read_bytes)) {
-		e->read_bytes += BPF_CORE_READ(t, ioac.read_bytes);
-		e->write_bytes += BPF_CORE_READ(t, ioac.write_bytes);
-	}
-}
 
 /* The default-hierarchy cgroup's names from the leaf up to (not
  * including) the root, as /proc/PID/cgroup's "0::" line would print. */
@@ -114,20 +100,11 @@ int BPF_PROG(on_exit, struct task_struct *p)
 	e->flags = bpf_core_field_exists(p->ioac.read_bytes) ? EXIT_HAS_IO : 0;
 	/* Threads already released are in signal_struct; this one and a
 	 * zombie leader are not. */
-	e->utime_ns = BPF_CORE_READ(sig, utime);
-	e->stime_ns = BPF_CORE_READ(sig, stime);
-	e->runtime_ns = BPF_CORE_READ(sig, sum_sched_runtime);
-	e->min_flt = BPF_CORE_READ(sig, min_flt);
-	e->maj_flt = BPF_CORE_READ(sig, maj_flt);
-	e->read_bytes = 0;
-	e->write_bytes = 0;
-	if (bpf_core_field_exists(sig->ioac.read_bytes)) {
-		e->read_bytes = BPF_CORE_READ(sig, ioac.read_bytes);
-		e->write_bytes = BPF_CORE_READ(sig, ioac.write_bytes);
-	}
-	add_task(e, p);
+	__builtin_memset(&e->usage, 0, sizeof(e->usage));
+	task_usage_add_gone(&e->usage, sig);
+	task_usage_add(&e->usage, p);
 	if (leader != p)
-		add_task(e, leader);
+		task_usage_add(&e->usage, leader);
 	start = BPF_CORE_READ(leader, start_boottime);
 	e->age_ns = bpf_ktime_get_boot_ns() - start;
 	BPF_CORE_READ_STR_INTO(&e->comm, leader, comm);

@@ -44,15 +44,8 @@ struct exit_event {
 	__s32 sid;
 	__s32 cpu;
 	__u32 nr_threads;
-	/* Tick-sampled user/system split and the exact runtime (ns); user
-	 * space scales the split to the runtime as /proc/PID/stat does. */
-	__u64 utime_ns;
-	__u64 stime_ns;
-	__u64 runtime_ns;
-	__u64 min_flt;
-	__u64 maj_flt;
-	__u64 read_bytes;
-	__u64 write_bytes;
+	/* The whole thread group's, as /proc/PID/stat's "whole" counts. */
+	struct task_usage usage;
 	/* Boot time at exit minus the process's start (ns). */
 	__u64 age_ns;
 	enum exit_flags flags; /* a set of them */

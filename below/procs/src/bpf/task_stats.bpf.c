@@ -15,6 +15,7 @@
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_core_read.h>
+#include "task_usage.h"
 #include "task_stats.h"
 
 char LICENSE[] SEC("license") = "GPL";
@@ -336,15 +337,7 @@ static __always_inline void thread(struct seq_file *seq, struct task_struct *t)
 		.head = { .kind = REC_THREAD, .size = sizeof(r), .tgid = BPF_CORE_READ(t, tgid) },
 	};
 
-	r.utime_ns = BPF_CORE_READ(t, utime);
-	r.stime_ns = BPF_CORE_READ(t, stime);
-	r.runtime_ns = BPF_CORE_READ(t, se.sum_exec_runtime);
-	r.min_flt = BPF_CORE_READ(t, min_flt);
-	r.maj_flt = BPF_CORE_READ(t, maj_flt);
-	if (HAS_IOAC) {
-		r.read_bytes = BPF_CORE_READ(t, ioac.read_bytes);
-		r.write_bytes = BPF_CORE_READ(t, ioac.write_bytes);
-	}
+	task_usage_add(&r.usage, t);
 	bpf_seq_write(seq, &r, sizeof(r));
 }
 
@@ -375,15 +368,7 @@ static __always_inline void process(struct seq_file *seq, struct task_struct *ta
 	b->r.nr_threads = BPF_CORE_READ(sig, nr_threads);
 	if (HAS_TGID_PID)
 		read_ns_tgid(&b->r, sig);
-	b->r.sig_utime_ns = BPF_CORE_READ(sig, utime);
-	b->r.sig_stime_ns = BPF_CORE_READ(sig, stime);
-	b->r.sig_runtime_ns = BPF_CORE_READ(sig, sum_sched_runtime);
-	b->r.sig_min_flt = BPF_CORE_READ(sig, min_flt);
-	b->r.sig_maj_flt = BPF_CORE_READ(sig, maj_flt);
-	if (HAS_IOAC) {
-		b->r.sig_read_bytes = BPF_CORE_READ(sig, ioac.read_bytes);
-		b->r.sig_write_bytes = BPF_CORE_READ(sig, ioac.write_bytes);
-	}
+	task_usage_add_gone(&b->r.gone, sig);
 	if (HAS_PREV_CPUTIME) {
 		b->r.prev_utime_ns = BPF_CORE_READ(sig, prev_cputime.utime);
 		b->r.prev_stime_ns = BPF_CORE_READ(sig, prev_cputime.stime);

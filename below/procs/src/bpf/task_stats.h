@@ -88,13 +88,7 @@ struct facts_rec {
 /* What one thread adds to its group's totals. */
 struct thread_rec {
 	struct rec_head head;
-	__u64 utime_ns;
-	__u64 stime_ns;
-	__u64 runtime_ns;
-	__u64 min_flt;
-	__u64 maj_flt;
-	__u64 read_bytes;
-	__u64 write_bytes;
+	struct task_usage usage;
 };
 
 /* The leader's and its signal_struct's view; cmdline bytes follow. */
@@ -112,13 +106,7 @@ struct proc_rec {
 	__u32 ns_tgid[NS_LEVELS];
 	__u32 cmdline_len;
 	/* Totals of the threads already gone (signal_struct). */
-	__u64 sig_utime_ns;
-	__u64 sig_stime_ns;
-	__u64 sig_runtime_ns;
-	__u64 sig_min_flt;
-	__u64 sig_maj_flt;
-	__u64 sig_read_bytes;
-	__u64 sig_write_bytes;
+	struct task_usage gone;
 	/* cputime_adjust()'s state (signal_struct.prev_cputime), ns. */
 	__u64 prev_utime_ns;
 	__u64 prev_stime_ns;
