@@ -171,16 +171,7 @@ pub fn record(logger: &slog::Logger, cfg: &Config, opts: RecordOpts) -> Result<(
     )?;
     bstats_store::append_backend_record(
         store_dir,
-        &bstats_store::BackendRecord {
-            since: SystemTime::now()
-                .duration_since(SystemTime::UNIX_EPOCH)
-                .unwrap_or_default()
-                .as_secs(),
-            kernel: crate::kernel_release(),
-            cgroup_root: cfg.cgroup_root.clone(),
-            plan: collector.cgroups().plan().clone(),
-            processes: collector.processes_plan().map(crate::plan_line),
-        },
+        &crate::backend_record(cfg, collector.cgroups().plan(), collector.processes_plan()),
     )?;
     use nix::sys::signal::signal;
     use nix::sys::signal::SigHandler;
