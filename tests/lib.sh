@@ -73,6 +73,42 @@ build_release() {
   export BSTATS_RELEASE_BUILT=1
 }
 
+# ---- unit tests as a normal user ------------------------------------------------
+# Every test binary of `cargo test --workspace`, run as nobody the way cargo
+# runs it (in its package's directory, CARGO_MANIFEST_DIR set): nothing may
+# fail, and each root-only test says so in one "skipped: " line. The
+# binaries are root's build: nobody would need its own target directory and
+# toolchain to build them, and the question is how the tests behave.
+cargo_test_unprivileged() {
+  local list exe dir home rc=0 n=0 skipped=0
+  list=$(cd "$REPO_ROOT" && cargo test --workspace --locked --no-run --message-format=json |
+    jq -r 'select(.reason == "compiler-artifact" and .profile.test and .executable != null)
+      | "\(.executable)\t\(.manifest_path | rtrimstr("/Cargo.toml"))"') || return 1
+  home=$(mktemp -d)
+  chown nobody "$home"
+  while IFS=$'\t' read -r exe dir; do
+    n=$((n + 1))
+    if ! (cd "$dir" && setpriv --reuid=nobody --regid=nogroup --clear-groups \
+        env -i HOME="$home" PATH=/usr/bin:/bin CARGO_MANIFEST_DIR="$dir" "$exe" --show-output) \
+        >"$home/out" 2>&1; then
+      log "as nobody: $exe failed:"
+      grep -E '^(---- |test .*FAILED|thread .* panicked)' "$home/out" | head -n 20 >&2
+      rc=1
+    fi
+    skipped=$((skipped + $(grep -c '^skipped: ' "$home/out")))
+    # A skip is one line: the test's captured output holds nothing else.
+    if awk '/^---- .* stdout ----$/ { t = $2; n[t] = 0; next } t && /^$/ { t = ""; next }
+        t { n[t]++; if (/^skipped: /) s[t] = 1 } END { for (t in s) if (n[t] != 1) { print t; bad = 1 } exit !bad }' \
+        "$home/out" >&2; then
+      log "as nobody: $exe: a skipped test printed more than its skip line"
+      rc=1
+    fi
+  done <<<"$list"
+  rm -rf "$home"
+  log "as nobody: $n test binaries, $skipped tests skipped (root only)"
+  return "$rc"
+}
+
 # ---- shellcheck ----------------------------------------------------------------
 # Every shell script of ours: x and the scripts under tests/ (host and guest).
 shellcheck_all() {

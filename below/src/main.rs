@@ -330,7 +330,7 @@ fn new_collector(
         logger,
         "processes (--process-backend {}): {}",
         cfg.process_backend,
-        plan_line(procs.plan())
+        procs.plan()
     );
     c.set_processes(procs);
     info!(
@@ -352,8 +352,23 @@ fn new_processes(cfg: &Config) -> Result<bstats_procs::Processes> {
     bstats_procs::Processes::new(cfg.process_backend, &mount)
 }
 
-fn plan_line(p: &bstats_procs::Plan) -> String {
-    format!("{}: {}", p.backend, p.reason)
+/// What `record` stores next to the samples and `backends --now --json`
+/// prints: the backends this kernel gives, from now.
+fn backend_record(
+    cfg: &Config,
+    plan: &bpf_stats::Plan,
+    processes: Option<&bstats_procs::Plan>,
+) -> bstats_store::BackendRecord {
+    bstats_store::BackendRecord {
+        since: SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_secs(),
+        kernel: kernel_release(),
+        cgroup_root: cfg.cgroup_root.clone(),
+        plan: plan.clone(),
+        processes: processes.cloned(),
+    }
 }
 
 fn kernel_release() -> String {
@@ -365,24 +380,23 @@ fn kernel_release() -> String {
 fn backends(cfg: &Config, now: bool, json: bool) -> Result<()> {
     if now {
         let c = bpf_stats::CgroupCollector::new(&cgroup_options(cfg, true, None, None)?)?;
-        if json {
-            println!("{}", serde_json::to_string_pretty(c.plan())?);
-        } else {
-            println!(
-                "cgroup root {} (kernel {}):",
-                cfg.cgroup_root.display(),
-                kernel_release()
-            );
-            print!("{}", c.plan());
-        }
         let procs = new_processes(cfg)?;
-        if !json {
-            println!(
-                "processes (--process-backend {}): {}",
-                cfg.process_backend,
-                plan_line(procs.plan())
-            );
+        if json {
+            let rec = backend_record(cfg, c.plan(), Some(procs.plan()));
+            println!("{}", serde_json::to_string_pretty(&rec)?);
+            return Ok(());
         }
+        println!(
+            "cgroup root {} (kernel {}):",
+            cfg.cgroup_root.display(),
+            kernel_release()
+        );
+        print!("{}", c.plan());
+        println!(
+            "processes (--process-backend {}): {}",
+            cfg.process_backend,
+            procs.plan()
+        );
         return Ok(());
     }
     let dir = &cfg.below.store_dir;

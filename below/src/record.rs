@@ -1,6 +1,7 @@
 //! `below record`: sample every interval into the store, like below's
 //! daemon. A failed sample or store write is logged and recording goes on.
 
+use std::io::Write;
 use std::sync::atomic::AtomicBool;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -79,6 +80,14 @@ pub struct RecordOpts {
     pub listen: Option<std::net::SocketAddr>,
     #[clap(flatten)]
     pub top: crate::top::TopOpts,
+    /// Append where each written sample's time went to FILE, one JSON
+    /// object a line (`--debug` logs the same as text)
+    // A file, not the metrics endpoint: the benchmark wants every sample's
+    // phases, not the latest, and a scrape would add the HTTP server's CPU
+    // to the process whose CPU it measures; one write per sample costs what
+    // the debug line did.
+    #[clap(long, value_name = "FILE")]
+    pub phase_times: Option<std::path::PathBuf>,
 }
 
 static STOP: AtomicBool = AtomicBool::new(false);
@@ -162,16 +171,7 @@ pub fn record(logger: &slog::Logger, cfg: &Config, opts: RecordOpts) -> Result<(
     )?;
     bstats_store::append_backend_record(
         store_dir,
-        &bstats_store::BackendRecord {
-            since: SystemTime::now()
-                .duration_since(SystemTime::UNIX_EPOCH)
-                .unwrap_or_default()
-                .as_secs(),
-            kernel: crate::kernel_release(),
-            cgroup_root: cfg.cgroup_root.clone(),
-            plan: collector.cgroups().plan().clone(),
-            processes: collector.processes_plan().map(crate::plan_line),
-        },
+        &crate::backend_record(cfg, collector.cgroups().plan(), collector.processes_plan()),
     )?;
     use nix::sys::signal::signal;
     use nix::sys::signal::SigHandler;
@@ -187,8 +187,18 @@ pub fn record(logger: &slog::Logger, cfg: &Config, opts: RecordOpts) -> Result<(
         store_dir.display(),
         interval
     );
+    let mut phase_times = match &opts.phase_times {
+        Some(p) => Some(
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(p)
+                .with_context(|| format!("Failed to open {}", p.display()))?,
+        ),
+        None => None,
+    };
     let mut n = 0u64;
-    // Per-phase CPU for --debug: what a sample costs, and where.
+    // Per-phase CPU for --debug and --phase-times: what a sample costs, and where.
     let mut lap = bstats_model::Lap::start();
     let mut process = bstats_model::process_cpu_time();
     while !STOP.load(Ordering::SeqCst) && opts.count.is_none_or(|c| n < c) {
@@ -213,30 +223,29 @@ pub fn record(logger: &slog::Logger, cfg: &Config, opts: RecordOpts) -> Result<(
                 if written {
                     let now = bstats_model::process_cpu_time();
                     let c = &collector.times;
-                    debug!(
-                        logger,
-                        "sample {} written; {}; process cpu ms {:.2}",
-                        n,
-                        bstats_model::PhaseLog(
-                            &[
-                                ("below", c.rest),
-                                ("cgroups", c.cgroups),
-                                ("tree", c.tree),
-                                ("publish", publish),
-                                ("store", write),
-                                ("drop", free),
-                                ("idle", idle),
-                            ]
-                            .into_iter()
-                            // Parts of "below".
-                            .chain(collector.rest_times().named())
-                            // The BPF pass is part of "cgroups".
-                            .chain(c.pass.map(|p| ("pass", p)))
-                            .collect::<Vec<_>>()
-                        ),
-                        (now - process).as_secs_f64() * 1e3,
-                    );
+                    let cost = bstats_model::SampleCost {
+                        sample: n,
+                        below: c.rest,
+                        below_parts: collector.rest_times(),
+                        pass: c.pass,
+                        cgroups: Some(c.cgroups),
+                        tree: Some(c.tree),
+                        publish: Some(publish),
+                        store: write,
+                        drop: free,
+                        idle,
+                        process_cpu: now - process,
+                    };
                     process = now;
+                    debug!(logger, "{}", cost);
+                    if let Some(f) = &mut phase_times {
+                        if let Err(e) = cost
+                            .json_line()
+                            .and_then(|l| Ok(f.write_all(l.as_bytes())?))
+                        {
+                            warn!(logger, "--phase-times: {:#}", e);
+                        }
+                    }
                 }
             }
             // below skips a failed sample and keeps recording.

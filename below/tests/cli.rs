@@ -123,13 +123,59 @@ fn record_then_dump_and_replay_show_test_cgroups() {
     let plan = String::from_utf8_lossy(&out.stdout);
     assert_shows(
         &plan,
-        &["recording since", "cpu.stat", "memory.stat", "read"],
+        &[
+            "recording since",
+            "cpu.stat",
+            "memory.stat",
+            "read",
+            "processes: ",
+        ],
     );
+    // What scripts read: the same record as JSON.
+    let out = env.run(&["backends", "--json"]);
+    let recs: Vec<bstats_store::BackendRecord> = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(recs.len(), 1, "one record run");
+    assert_record_of_this_kernel(&recs[0]);
 
     let tmux = Tmux::start(&env.command_line(&["replay", "--time", "2m ago"]));
     let screen = tmux.wait_for(&["replay", &name, "web"], Duration::from_secs(20));
     assert_shows(&screen, &["replay", "Name", &name, "web", "db"]);
     let _ = tmux.tmux(&["send-keys", "q"]);
+}
+
+/// A backend record of this machine: every stat file planned, io.stat by
+/// plain read (as always), the process backend with its reason.
+fn assert_record_of_this_kernel(rec: &bstats_store::BackendRecord) {
+    let uname = nix::sys::utsname::uname().unwrap();
+    assert_eq!(rec.kernel, uname.release().to_string_lossy());
+    assert_eq!(rec.plan.files.len(), bpf_stats::StatFile::ALL.len());
+    let io = rec
+        .plan
+        .files
+        .iter()
+        .find(|f| f.file == bpf_stats::StatFile::IoStat)
+        .unwrap();
+    assert_eq!(io.backend, bpf_stats::BackendKind::Read);
+    let p = rec.processes.as_ref().expect("the process plan");
+    assert_ne!(p.backend, bstats_procs::ProcessBackend::Auto);
+    assert!(!p.reason.is_empty(), "{p:?}");
+}
+
+#[test]
+fn backends_now_as_json() {
+    if bstats_testkit::skip_unless_root("probes BPF") {
+        return;
+    }
+    let env = Env::new();
+    let out = env.run(&["backends", "--now", "--json"]);
+    let rec: bstats_store::BackendRecord = serde_json::from_slice(&out.stdout).unwrap();
+    assert_record_of_this_kernel(&rec);
+    // procfs when asked for, with that reason.
+    let out = env.run(&["--process-backend", "procfs", "backends", "--now", "--json"]);
+    let rec: bstats_store::BackendRecord = serde_json::from_slice(&out.stdout).unwrap();
+    let p = rec.processes.unwrap();
+    assert_eq!(p.backend, bstats_procs::ProcessBackend::Procfs);
+    assert!(p.reason.contains("asked for"), "{}", p.reason);
 }
 
 #[test]

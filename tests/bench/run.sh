@@ -227,6 +227,11 @@ for k in ("bpf", "read-z", "floor"):
 for k in ("bpf", "read-z", "floor"):
     x = bill[k]
     assert x["status"] != "ok" or x["phases"].get("process", 0) > 0, x
+# The phases come from the --phase-times records: ours' BPF pass within
+# its cgroups, the floor's pass on its own.
+for k, want in (("bpf", ("pass", "cgroups", "store")), ("floor", ("pass", "store"))):
+    x = bill[k]
+    assert x["status"] != "ok" or all(p in x["phases"] for p in want), (k, x["phases"])
 s = r["soak"]["result"]
 assert s["status"] == "ok" and len(s["points"]) >= 2, s
 assert all(p["rss_kib"] > 0 for p in s["points"]), s

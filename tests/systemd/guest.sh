@@ -85,15 +85,19 @@ plan_recorded() {
   done
   [ "$(jq -r '.[-1].kernel' /out/backends.json)" = "$(uname -r)" ] || ok=1
   [ "$(jq -r '.[-1].cgroup_root' /out/backends.json)" = /sys/fs/cgroup ] || ok=1
+  procs=$(jq -r '.[-1].processes.backend' /out/backends.json)
+  DETAIL="$DETAIL processes: $procs"
+  [ "$procs" = bpf ] || ok=1
   return "$ok"
 }
 
 # The unit's capabilities give it every file BPF serves for full root here.
 plan_as_root() {
   below backends --now --json >/out/backends-now.json || { DETAIL="below backends --now failed"; return 1; }
-  per_file='[.files[] | "\(.file)=\(.backend)"]'
+  # The record's shape: `backends --now --json` is what a run would record now.
+  per_file='[.plan.files[] | "\(.file)=\(.backend)"] + ["processes=\(.processes.backend)"]'
   diff=$(jq -r --argjson root "$(jq -c "$per_file" /out/backends-now.json)" \
-    ".[-1].plan | $per_file - \$root | join(\" \")" /out/backends.json)
+    ".[-1] | $per_file - \$root | join(\" \")" /out/backends.json)
   DETAIL="files the unit's plan serves otherwise than root's: ${diff:-none}"
   [ -z "$diff" ]
 }
@@ -185,7 +189,7 @@ extra() {
 check "boot: systemd as PID 1" boot
 check "apt-get install ./bstats-below.deb" apt_install
 check "systemctl start below" start
-check "store records the plan: memory.stat, cpu.stat, memory.events, memory.current by bpf" plan_recorded
+check "store records the plan: memory.stat, cpu.stat, memory.events, memory.current and processes by bpf" plan_recorded
 check "the unit's plan equals full root's (below backends --now)" plan_as_root
 check "journal logs the plan: memory.stat by bpf" plan_logged
 check "records samples" recording

@@ -1,8 +1,8 @@
 //! The user's bill: real `below record -i 1` processes, one at a time on
 //! the same cgroup tree, each over a window of the same length: whole
 //! process CPU per sample actually written, samples written against
-//! expected, store bytes per sample, peak RSS; and, from `--debug`, where
-//! our recorder's CPU goes. A "floor" recorder does only what no cgroup
+//! expected, store bytes per sample, peak RSS; and, from `--phase-times`,
+//! where our recorder's CPU goes. A "floor" recorder does only what no cgroup
 //! collector can avoid (below's other collectors, the BPF pass, the store
 //! write of a same-sized tree) to measure our part against.
 
@@ -26,8 +26,8 @@ use serde::Serialize;
 
 use crate::overhead::proc_cpu;
 
-/// One row of the bill: a recorder's command line, `{config}`, `{store}`
-/// and `{root}` filled in per run, and what its config file holds besides
+/// One row of the bill: a recorder's command line, `{config}`, `{store}`,
+/// `{root}` and `{phases}` (its `--phase-times` file) filled in per run, and what its config file holds besides
 /// store_dir, log_dir and cgroup_root.
 #[derive(Debug, Clone, Serialize)]
 pub struct Recorder {
@@ -91,15 +91,16 @@ pub fn recorders(b: &Binaries) -> Result<Vec<Recorder>> {
     if let Some(p) = b.ours {
         // Exitstats off, as every other row: the same work compared.
         let off = "--disable-exitstats";
+        let rec = [&rec[..], &["--phase-times", "{phases}"]].concat();
         for (be, label) in [("bpf", "BPF"), ("read", "plain read"), ("stream", "stream")] {
-            let a = [&["--debug", "--cgroup-backend", be][..], &rec[..], &[off]].concat();
+            let a = [&["--cgroup-backend", be][..], &rec[..], &[off]].concat();
             plain.push(row(be, &format!("ours, {label}"), p, &a, ""));
         }
         // What exitstats (on by default) adds.
-        let a = [&["--debug", "--cgroup-backend", "bpf"][..], &rec[..]].concat();
+        let a = [&["--cgroup-backend", "bpf"][..], &rec[..]].concat();
         plain.push(row("bpf-exitstats", "ours, BPF, exitstats on", p, &a, ""));
         // Top-N: the cost at many cgroups should be that of the N kept.
-        let a = [&["--debug"][..], &rec[..], &["--cgroup-top", "200", off]].concat();
+        let a = [&rec[..], &["--cgroup-top", "200", off]].concat();
         plain.push(row("bpf-top200", "ours, BPF, --cgroup-top 200", p, &a, ""));
     }
     let me = std::env::current_exe()?;
@@ -107,7 +108,7 @@ pub fn recorders(b: &Binaries) -> Result<Vec<Recorder>> {
         "floor",
         "floor: below's collectors + BPF pass + store write",
         &me,
-        &["__record-floor", "{store}", "{root}"],
+        &["__record-floor", "{store}", "{root}", "{phases}"],
         "",
     ));
     let mut all = Vec::new();
@@ -146,8 +147,9 @@ pub struct BillRow {
     pub spawned_per_sample: Option<f64>,
     /// Those processes by name, over the whole window.
     pub spawned: BTreeMap<String, u64>,
-    /// Mean thread-CPU ms per phase from the recorder's per-sample timing
-    /// lines (first sample left out), and the process CPU of the same lines.
+    /// Mean thread-CPU ms per phase from the recorder's `--phase-times`
+    /// (first sample left out), and the process CPU of the same samples
+    /// ("process").
     pub phases: BTreeMap<String, f64>,
     /// Whole-window CPU ms per written sample by thread name (comm).
     pub threads: BTreeMap<String, f64>,
@@ -247,32 +249,43 @@ fn count_cgroups(c: &CgroupSample) -> usize {
         .sum::<usize>()
 }
 
-/// Parses "… written; cpu ms: a=1.00 b=2.00; wall ms: …; process cpu ms
-/// 3.00" lines (`bstats_model::PhaseLog`) into per-phase means, skipping
-/// the first sample (startup).
-pub fn phase_means(log: &str) -> BTreeMap<String, f64> {
+/// Per-phase means of thread CPU ms over `costs` (and of the whole
+/// process's as "process"), leaving out the first sample (startup).
+pub fn phase_means(costs: &[bstats_model::SampleCost]) -> BTreeMap<String, f64> {
     let mut sum: BTreeMap<String, (f64, usize)> = BTreeMap::new();
-    let lines = log.lines().filter(|l| l.contains(" written; cpu ms:"));
-    for l in lines.skip(1) {
-        let mut add = |k: &str, v: &str| {
-            if let Ok(v) = v.parse::<f64>() {
-                let e = sum.entry(k.to_owned()).or_default();
-                e.0 += v;
-                e.1 += 1;
-            }
-        };
-        let cpu = l.split("cpu ms:").nth(1).unwrap_or("");
-        for kv in cpu.split(';').next().unwrap_or("").split_whitespace() {
-            if let Some((k, v)) = kv.split_once('=') {
-                add(k, v);
-            }
-        }
-        if let Some(p) = l.split("process cpu ms ").nth(1) {
-            add("process", p.trim());
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    for c in costs.iter().skip(1) {
+        let process = ("process", ms(c.process_cpu));
+        for (k, v) in c
+            .named()
+            .iter()
+            .map(|(k, p)| (*k, ms(p.cpu)))
+            .chain([process])
+        {
+            let e = sum.entry(k.to_owned()).or_default();
+            e.0 += v;
+            e.1 += 1;
         }
     }
     sum.into_iter()
         .map(|(k, (s, n))| (k, s / n as f64))
+        .collect()
+}
+
+/// The records of a `--phase-times` file; none when there is no file (a
+/// recorder that does not write one).
+pub fn read_phase_times(path: &Path) -> Result<Vec<bstats_model::SampleCost>> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(vec![]),
+        Err(e) => return Err(e).with_context(|| format!("Failed to read {}", path.display())),
+    };
+    text.lines()
+        .enumerate()
+        .map(|(i, l)| {
+            serde_json::from_str(l)
+                .with_context(|| format!("{}:{}: malformed record", path.display(), i + 1))
+        })
         .collect()
 }
 
@@ -313,6 +326,7 @@ impl Running {
         let dir = tempfile::tempdir()?;
         let store = dir.path().join("store");
         let config = dir.path().join("below.conf");
+        let phases = dir.path().join("phases.jsonl");
         std::fs::write(
             &config,
             format!(
@@ -327,6 +341,7 @@ impl Running {
             a.replace("{config}", &config.display().to_string())
                 .replace("{store}", &store.display().to_string())
                 .replace("{root}", &root.display().to_string())
+                .replace("{phases}", &phases.display().to_string())
         };
         let argv: Vec<String> = r.argv.iter().map(fill).collect();
         let mut cmd = Command::new(&argv[0]);
@@ -395,8 +410,9 @@ impl Running {
         self.dir.path().join("store")
     }
 
-    pub fn stderr(&self) -> String {
-        std::fs::read_to_string(self.dir.path().join("stderr")).unwrap_or_default()
+    /// Its `--phase-times` records so far.
+    pub fn phase_times(&self) -> Result<Vec<bstats_model::SampleCost>> {
+        read_phase_times(&self.dir.path().join("phases.jsonl"))
     }
 
     /// Fails with the recorder's last words if it exited.
@@ -562,7 +578,7 @@ fn measure_inner(
         .collect();
     let (total, bytes) = store_size(&run.store());
     row.store_bytes_per_sample = bytes as f64 / total.max(1) as f64;
-    row.phases = phase_means(&run.stderr());
+    row.phases = phase_means(&run.phase_times()?);
     let logger = slog::Logger::root(slog::Discard, slog::o!());
     // The newest sample, as below reads it back.
     let (_, frame) = store::read_next_sample(
@@ -582,16 +598,55 @@ mod test {
     use super::*;
 
     #[test]
-    fn phase_lines_parse() {
-        let log = "x DEBG sample 0 written; cpu ms: below=9.00 cgroups=9.00; wall ms: below=1.00; process cpu ms 99.00\n\
-                   x DEBG sample 1 written; cpu ms: below=2.00 cgroups=4.00; wall ms: below=1.00; process cpu ms 7.00\n\
-                   other line\n\
-                   x DEBG sample 2 written; cpu ms: below=4.00 cgroups=6.00; wall ms: below=9.00; process cpu ms 9.00\n";
-        let m = phase_means(log);
+    fn phase_means_skip_the_first_sample() {
+        let ms = Duration::from_millis;
+        let cost = |below: u64, pass: Option<u64>, process: u64| bstats_model::SampleCost {
+            below: bstats_model::Phase {
+                cpu: ms(below),
+                wall: ms(100),
+            },
+            pass: pass.map(|p| bstats_model::Phase {
+                cpu: ms(p),
+                wall: ms(p),
+            }),
+            store: bstats_model::Phase {
+                cpu: ms(1),
+                wall: ms(1),
+            },
+            process_cpu: ms(process),
+            ..Default::default()
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("phases.jsonl");
+        let costs = [
+            cost(90, Some(90), 990),
+            cost(2, Some(4), 7),
+            cost(4, None, 9),
+        ];
+        let lines: String = costs.iter().map(|c| c.json_line().unwrap()).collect();
+        std::fs::write(&path, lines).unwrap();
+        let read = read_phase_times(&path).unwrap();
+        assert_eq!(read, costs, "the file gives back what was written");
+        let m = phase_means(&read);
         assert_eq!(m["below"], 3.0);
-        assert_eq!(m["cgroups"], 5.0);
+        assert_eq!(m["pass"], 4.0, "averaged over the samples that had one");
         assert_eq!(m["process"], 8.0);
-        assert_eq!(m.len(), 3);
+        assert_eq!(m["store"], 1.0);
+        assert_eq!(m["procs"], 0.0);
+        let keys: Vec<&str> = m.keys().map(String::as_str).collect();
+        assert_eq!(
+            keys,
+            ["below", "drop", "idle", "net", "pass", "process", "procs", "store", "system"]
+        );
+        assert!(read_phase_times(&dir.path().join("none"))
+            .unwrap()
+            .is_empty());
+        std::fs::write(&path, "{\"sample\": 1}\n").unwrap();
+        let e = read_phase_times(&path).unwrap_err();
+        assert!(
+            format!("{e:#}").contains("phases.jsonl:1: malformed"),
+            "{e:#}"
+        );
     }
 
     #[test]
@@ -654,10 +709,17 @@ mod test {
         assert!(r[1]
             .argv
             .ends_with(&["--disable-exitstats".into(), "--compress".into()]));
-        assert_eq!(
-            r[2].argv[..4],
-            ["/ours", "--debug", "--cgroup-backend", "bpf"]
-        );
+        assert_eq!(r[2].argv[..3], ["/ours", "--cgroup-backend", "bpf"]);
+        for r in r
+            .iter()
+            .filter(|r| r.key.starts_with("bpf") || r.key.starts_with("floor"))
+        {
+            assert!(
+                r.argv.iter().any(|a| a == "{phases}"),
+                "{}: no phase times",
+                r.key
+            );
+        }
         // Exitstats off everywhere but the row that shows its cost.
         let off = "--disable-exitstats".to_string();
         for r in &r {

@@ -1,6 +1,7 @@
 //! The bill's floor recorder: what no cgroup collector can avoid, to
 //! measure ours against.
 
+use std::io::Write;
 use std::path::Path;
 use std::sync::atomic::AtomicBool;
 use std::sync::atomic::Ordering;
@@ -11,12 +12,13 @@ use std::time::SystemTime;
 use anyhow::Context;
 use anyhow::Result;
 
-/// The `__record-floor STORE ROOT [--compress]` mode: each second below's
-/// own collectors (processes by the task iterator pass), the BPF cgroup
-/// iterator pass (no decoding, no tree) and the
+/// The `__record-floor STORE ROOT PHASES [--compress]` mode: each second
+/// below's own collectors (processes by the task iterator pass), the BPF
+/// cgroup iterator pass (no decoding, no tree) and the
 /// store write of a cgroup tree built once at start, so the written frames
-/// are as large as a real recorder's; timing lines as `record --debug`.
-pub fn record_floor(store_dir: &Path, root: &Path, compress: bool) -> Result<()> {
+/// are as large as a real recorder's; each sample's phases appended to
+/// PHASES as `record --phase-times` does.
+pub fn record_floor(store_dir: &Path, root: &Path, phases: &Path, compress: bool) -> Result<()> {
     static STOP: AtomicBool = AtomicBool::new(false);
     extern "C" fn on_term(_: libc::c_int) {
         STOP.store(true, Ordering::SeqCst);
@@ -48,6 +50,8 @@ pub fn record_floor(store_dir: &Path, root: &Path, compress: bool) -> Result<()>
     let mut tree = c.collect_sample()?.cgroup;
     let mode = bstats_store::compression_mode(compress, None)?;
     let mut w = bstats_store::Recorder::new(logger, store_dir, mode, None, None)?;
+    let mut phases = std::fs::File::create(phases)
+        .with_context(|| format!("Failed to create {}", phases.display()))?;
     let start = Instant::now();
     let mut lap = bstats_model::Lap::start();
     let mut process = bstats_model::process_cpu_time();
@@ -71,22 +75,18 @@ pub fn record_floor(store_dir: &Path, root: &Path, compress: bool) -> Result<()>
         drop(frame);
         let free = lap.lap();
         let now = bstats_model::process_cpu_time();
-        eprintln!(
-            "sample {n} written; {}; process cpu ms {:.2}",
-            bstats_model::PhaseLog(
-                &[
-                    ("below", below),
-                    ("pass", pass),
-                    ("store", write),
-                    ("drop", free),
-                    ("idle", idle),
-                ]
-                .into_iter()
-                .chain(c.rest_times().named())
-                .collect::<Vec<_>>()
-            ),
-            (now - process).as_secs_f64() * 1e3
-        );
+        let cost = bstats_model::SampleCost {
+            sample: n.into(),
+            below,
+            below_parts: c.rest_times(),
+            pass: Some(pass),
+            store: write,
+            drop: free,
+            idle,
+            process_cpu: now - process,
+            ..Default::default()
+        };
+        phases.write_all(cost.json_line()?.as_bytes())?;
         process = now;
         let next = start + Duration::from_secs(u64::from(n) + 1);
         while !STOP.load(Ordering::SeqCst) && Instant::now() < next {

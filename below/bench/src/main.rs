@@ -197,9 +197,14 @@ fn main() -> Result<()> {
         Some("__record-baseline") if argv.len() == 4 => {
             return overhead::record_baseline(argv[2].as_ref(), argv[3].as_ref())
         }
-        Some("__record-floor") if argv.len() == 4 || argv.len() == 5 => {
-            let compress = argv.get(4).map(String::as_str) == Some("--compress");
-            return floor::record_floor(argv[2].as_ref(), argv[3].as_ref(), compress);
+        Some("__record-floor") if argv.len() == 5 || argv.len() == 6 => {
+            let compress = argv.get(5).map(String::as_str) == Some("--compress");
+            return floor::record_floor(
+                argv[2].as_ref(),
+                argv[3].as_ref(),
+                argv[4].as_ref(),
+                compress,
+            );
         }
         Some("__churn") if argv.len() == 5 => {
             let period = std::time::Duration::from_millis(argv[4].parse()?);

@@ -40,9 +40,13 @@ fn slot_of(file: StatFile) -> Option<usize> {
     STREAM_FILES.iter().position(|(f, _)| *f == file)
 }
 
+/// Why there is no stream backend on a kernel without our patches.
+pub(crate) const NO_STREAM_FILES: &str =
+    "the kernel has no stream files (no cpu.stat.stream_interval)";
+
 fn read_interval(root: BorrowedFd) -> Result<u64, String> {
     let fd = open_at(Some(root), INTERVAL_KNOB, OFlag::O_RDONLY).map_err(|e| match e {
-        Errno::ENOENT => "the kernel has no stream files (no cpu.stat.stream_interval)".to_owned(),
+        Errno::ENOENT => NO_STREAM_FILES.to_owned(),
         e => format!("cannot open cpu.stat.stream_interval: {}", e),
     })?;
     let mut buf = Vec::new();

@@ -11,8 +11,7 @@ use bpf_stats::Options;
 use bpf_stats::StatFile;
 
 fn options(backend: BackendChoice) -> Option<Options> {
-    if !nix::unistd::geteuid().is_root() {
-        println!("skipped: loading BPF needs root");
+    if bstats_testkit::skip_unless_root("loads BPF") {
         return None;
     }
     let Ok(root) = bpf_stats::find_cgroup2_mount() else {

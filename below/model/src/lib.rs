@@ -17,17 +17,39 @@ use bpf_stats::Snapshot;
 use bpf_stats::Tree;
 use model::Model;
 use model::Sample;
+use serde::Deserialize;
+use serde::Serialize;
 use slog::debug;
 use slog::warn;
 
 pub use bstats_bpf::process_cpu_time;
 pub use bstats_bpf::thread_cpu_time;
 
-/// Thread CPU and wall time of one phase.
-#[derive(Debug, Default, Clone, Copy)]
+/// Thread CPU and wall time of one phase (in JSON: `cpu_ms`, `wall_ms`).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Phase {
+    #[serde(rename = "cpu_ms", with = "ms")]
     pub cpu: Duration,
+    #[serde(rename = "wall_ms", with = "ms")]
     pub wall: Duration,
+}
+
+/// A duration as float milliseconds: what people and the benchmark read.
+mod ms {
+    use std::time::Duration;
+
+    use serde::de::Error;
+    use serde::Deserialize;
+    use serde::Deserializer;
+    use serde::Serializer;
+
+    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_f64(d.as_secs_f64() * 1e3)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        Duration::try_from_secs_f64(f64::deserialize(d)? / 1e3).map_err(D::Error::custom)
+    }
 }
 
 /// Measures phases back to back: each [`Lap::lap`] ends one.
@@ -56,22 +78,86 @@ impl Lap {
     }
 }
 
-/// Formats named phases as "cpu ms: a=1.00 b=2.00; wall ms: a=… b=…",
-/// the line `record --debug` logs per sample (the bill benchmark parses it).
-pub struct PhaseLog<'a>(pub &'a [(&'static str, Phase)]);
+/// Where one written sample's time went, in a recorder's loop: `record
+/// --phase-times FILE` writes one per line as JSON (the benchmark reads
+/// them), `record --debug` logs its [`Display`](std::fmt::Display). The
+/// benchmark's floor recorder has no cgroup collector: its `cgroups`,
+/// `tree` and `publish` are None and its `pass` is its own.
+#[derive(Debug, Default, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SampleCost {
+    /// The sample's number since the recorder started.
+    pub sample: u64,
+    /// below's own collectors ([`SampleTimes::rest`]).
+    pub below: Phase,
+    /// Parts of `below`.
+    #[serde(flatten)]
+    pub below_parts: RestTimes,
+    /// The BPF iterator pass (part of `cgroups` when that is set).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pass: Option<Phase>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cgroups: Option<Phase>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tree: Option<Phase>,
+    /// Handing the sample to the metrics endpoint.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub publish: Option<Phase>,
+    /// The store write.
+    pub store: Phase,
+    /// Giving the sample back (or dropping it).
+    pub drop: Phase,
+    /// The loop outside the phases: sleeping, logging, this record.
+    pub idle: Phase,
+    /// The whole process's CPU since the previous record (every thread).
+    #[serde(rename = "process_cpu_ms", with = "ms")]
+    pub process_cpu: Duration,
+}
 
-impl std::fmt::Display for PhaseLog<'_> {
+impl SampleCost {
+    /// The phases by name, the absent ones left out.
+    pub fn named(&self) -> Vec<(&'static str, Phase)> {
+        let RestTimes { procs, system, net } = self.below_parts;
+        [
+            ("below", Some(self.below)),
+            ("procs", Some(procs)),
+            ("system", Some(system)),
+            ("net", Some(net)),
+            ("pass", self.pass),
+            ("cgroups", self.cgroups),
+            ("tree", self.tree),
+            ("publish", self.publish),
+            ("store", Some(self.store)),
+            ("drop", Some(self.drop)),
+            ("idle", Some(self.idle)),
+        ]
+        .into_iter()
+        .filter_map(|(k, p)| Some((k, p?)))
+        .collect()
+    }
+
+    /// One JSON line, newline included.
+    pub fn json_line(&self) -> Result<String> {
+        let mut line = serde_json::to_string(self)?;
+        line.push('\n');
+        Ok(line)
+    }
+}
+
+/// "sample 3 written; cpu ms: below=1.00 …; wall ms: below=… …; process
+/// cpu ms 3.00", for people.
+impl std::fmt::Display for SampleCost {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let ms = |d: Duration| d.as_secs_f64() * 1e3;
-        write!(f, "cpu ms:")?;
-        for (name, p) in self.0 {
+        let named = self.named();
+        write!(f, "sample {} written; cpu ms:", self.sample)?;
+        for (name, p) in &named {
             write!(f, " {}={:.2}", name, ms(p.cpu))?;
         }
         write!(f, "; wall ms:")?;
-        for (name, p) in self.0 {
+        for (name, p) in &named {
             write!(f, " {}={:.2}", name, ms(p.wall))?;
         }
-        Ok(())
+        write!(f, "; process cpu ms {:.2}", ms(self.process_cpu))
     }
 }
 
@@ -92,7 +178,7 @@ pub struct SampleTimes {
 
 /// Parts of [`SampleTimes::rest`] (the optional ethtool, resctrl and btrfs
 /// stats are in `rest` only).
-#[derive(Debug, Default, Clone, Copy)]
+#[derive(Debug, Default, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct RestTimes {
     /// Every process from procfs (fb_procfs: stat, status, io, cmdline…).
     pub procs: Phase,
@@ -101,17 +187,6 @@ pub struct RestTimes {
     pub system: Phase,
     /// /proc/net and the interfaces' sysfs counters.
     pub net: Phase,
-}
-
-impl RestTimes {
-    /// As [`PhaseLog`] entries.
-    pub fn named(&self) -> [(&'static str, Phase); 3] {
-        [
-            ("procs", self.procs),
-            ("system", self.system),
-            ("net", self.net),
-        ]
-    }
 }
 
 pub struct Collector {
@@ -239,5 +314,49 @@ impl Collector {
         );
         self.prev = Some((sample.clone(), now));
         Ok((sample, model))
+    }
+}
+
+#[cfg(test)]
+mod test {
+    use super::*;
+
+    #[test]
+    fn sample_cost_as_json_and_text() {
+        let p = |cpu: u64, wall: u64| Phase {
+            cpu: Duration::from_micros(cpu),
+            wall: Duration::from_micros(wall),
+        };
+        let cost = SampleCost {
+            sample: 7,
+            below: p(1500, 2000),
+            below_parts: RestTimes {
+                procs: p(1000, 1200),
+                ..Default::default()
+            },
+            pass: Some(p(250, 300)),
+            cgroups: Some(p(3000, 3500)),
+            store: p(10, 10),
+            process_cpu: Duration::from_millis(9),
+            ..Default::default()
+        };
+        let line = cost.json_line().unwrap();
+        assert!(line.ends_with("}\n") && line.matches('\n').count() == 1);
+        let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(v["sample"], 7);
+        assert_eq!(v["below"]["cpu_ms"], 1.5);
+        assert_eq!(v["procs"]["wall_ms"], 1.2);
+        assert_eq!(v["pass"]["cpu_ms"], 0.25);
+        assert_eq!(v["process_cpu_ms"], 9.0);
+        assert!(v.get("tree").is_none(), "absent phases are left out: {v}");
+        let back: SampleCost = serde_json::from_str(&line).unwrap();
+        assert_eq!(back, cost);
+        assert_eq!(
+            cost.to_string(),
+            "sample 7 written; cpu ms: below=1.50 procs=1.00 system=0.00 net=0.00 \
+             pass=0.25 cgroups=3.00 store=0.01 drop=0.00 idle=0.00; wall ms: below=2.00 \
+             procs=1.20 system=0.00 net=0.00 pass=0.30 cgroups=3.50 store=0.01 drop=0.00 \
+             idle=0.00; process cpu ms 9.00"
+        );
     }
 }

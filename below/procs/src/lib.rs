@@ -37,7 +37,7 @@ use skel::types::proc_flags;
 use skel::types::task_fact;
 
 /// What the user asked for (`--process-backend`, config `process_backend`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ProcessBackend {
     /// BPF where the kernel allows it, else procfs (with the reason).
@@ -113,12 +113,20 @@ fn missing(facts: u32) -> Option<String> {
     (!lacks.is_empty()).then(|| format!("kernel lacks {}", lacks.join(", ")))
 }
 
-/// Which backend reads processes, and why.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// Which backend reads processes, and why (`below backends`, the store's
+/// record of each run).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Plan {
-    /// "bpf" or "procfs".
-    pub backend: &'static str,
+    /// Bpf or Procfs, never Auto.
+    pub backend: ProcessBackend,
     pub reason: String,
+}
+
+/// "bpf: why", for people.
+impl fmt::Display for Plan {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.backend, self.reason)
+    }
 }
 
 /// Reads every process's `PidInfo`, from BPF or from procfs.
@@ -137,7 +145,7 @@ impl Processes {
             ProcessBackend::Procfs => (
                 None,
                 Plan {
-                    backend: "procfs",
+                    backend: ProcessBackend::Procfs,
                     reason: "asked for (--process-backend procfs)".into(),
                 },
             ),
@@ -145,14 +153,14 @@ impl Processes {
                 Ok(b) => (
                     Some(b),
                     Plan {
-                        backend: "bpf",
+                        backend: ProcessBackend::Bpf,
                         reason: "task iterator: stat, status, io, cgroup and cmdline from one pass; exe read once per process image".into(),
                     },
                 ),
                 Err(e) if choice == ProcessBackend::Auto => (
                     None,
                     Plan {
-                        backend: "procfs",
+                        backend: ProcessBackend::Procfs,
                         reason: format!("{e:#}"),
                     },
                 ),

@@ -215,9 +215,38 @@ pub struct BackendRecord {
     pub kernel: String,
     pub cgroup_root: PathBuf,
     pub plan: Plan,
-    /// The process backend and why ("bpf: …"); absent in older records.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub processes: Option<String>,
+    /// The process backend and why; absent in older records.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "process_plan"
+    )]
+    pub processes: Option<bstats_procs::Plan>,
+}
+
+/// A recorded process plan: an object, or in records written before it
+/// was one, its display line ("bpf: why").
+fn process_plan<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> std::result::Result<Option<bstats_procs::Plan>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Recorded {
+        Plan(bstats_procs::Plan),
+        Line(String),
+    }
+    let line = match Option::<Recorded>::deserialize(d)? {
+        None => return Ok(None),
+        Some(Recorded::Plan(p)) => return Ok(Some(p)),
+        Some(Recorded::Line(l)) => l,
+    };
+    let (backend, reason) = line
+        .split_once(": ")
+        .ok_or_else(|| serde::de::Error::custom(format!("process plan {line:?}")))?;
+    Ok(Some(bstats_procs::Plan {
+        backend: backend.parse().map_err(serde::de::Error::custom)?,
+        reason: reason.to_owned(),
+    }))
 }
 
 pub fn append_backend_record(dir: &Path, rec: &BackendRecord) -> Result<()> {
@@ -277,7 +306,10 @@ mod test {
             kernel: "7.3.4".into(),
             cgroup_root: "/sys/fs/cgroup".into(),
             plan: plan(),
-            processes: Some("bpf: task iterator".into()),
+            processes: Some(bstats_procs::Plan {
+                backend: bstats_procs::ProcessBackend::Bpf,
+                reason: "task iterator".into(),
+            }),
         };
         append_backend_record(d.path(), &rec).unwrap();
         append_backend_record(
@@ -292,6 +324,40 @@ mod test {
         assert_eq!(got.len(), 2);
         assert_eq!(got[0], rec);
         assert_eq!(got[1].since, 2);
+        let line = std::fs::read_to_string(d.path().join(BACKENDS_FILE)).unwrap();
+        assert!(
+            line.contains(r#""processes":{"backend":"bpf","reason":"task iterator"}"#),
+            "{line}"
+        );
+    }
+
+    #[test]
+    fn process_plan_of_older_records() {
+        let d = tempfile::tempdir().unwrap();
+        let mut v = serde_json::to_value(BackendRecord {
+            since: 1,
+            kernel: "6.1".into(),
+            cgroup_root: "/sys/fs/cgroup".into(),
+            plan: plan(),
+            processes: None,
+        })
+        .unwrap();
+        let mut lines = serde_json::to_string(&v).unwrap() + "\n";
+        v["processes"] = "procfs: kernel lacks task_struct.__state: x".into();
+        lines += &(serde_json::to_string(&v).unwrap() + "\n");
+        std::fs::write(d.path().join(BACKENDS_FILE), &lines).unwrap();
+        let got = read_backend_records(d.path()).unwrap();
+        assert_eq!(got[0].processes, None);
+        let p = got[1].processes.as_ref().unwrap();
+        assert_eq!(p.backend, bstats_procs::ProcessBackend::Procfs);
+        assert_eq!(p.reason, "kernel lacks task_struct.__state: x");
+        v["processes"] = "what".into();
+        std::fs::write(
+            d.path().join(BACKENDS_FILE),
+            serde_json::to_string(&v).unwrap(),
+        )
+        .unwrap();
+        assert!(read_backend_records(d.path()).is_err());
     }
 
     #[test]

@@ -98,7 +98,7 @@ impl Report {
         let _ = writeln!(
             out,
             "\nWhere a sample's CPU goes (thread CPU ms per sample, mean over the run's \
-             samples but the first, from the recorders' per-sample timing lines; cgroups = \
+             samples but the first, from the recorders' --phase-times records; cgroups = \
              the pass plus decoding into below's samples, in the tree kept from the last \
              sample (for plain read: reading and parsing the files); tree = taking that \
              tree out for the sample; loop = sleeping and logging; unaccounted = the whole \

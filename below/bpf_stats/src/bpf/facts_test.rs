@@ -54,8 +54,7 @@ fn reason(plan: &Plan, f: StatFile) -> &str {
 
 #[test]
 fn loads_without_each_optional_fact() {
-    if !nix::unistd::geteuid().is_root() {
-        println!("skipped: loading BPF needs root");
+    if bstats_testkit::skip_unless_root("loads BPF") {
         return;
     }
     let (Ok(root), Ok(raw)) = (crate::find_cgroup2_mount(), std::fs::read(BTF_PATH)) else {

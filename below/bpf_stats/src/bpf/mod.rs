@@ -25,6 +25,8 @@ mod kernel;
 mod kernel_test;
 mod load;
 mod probe;
+#[cfg(test)]
+mod probe_test;
 mod protocol;
 mod psi;
 mod sample;

@@ -35,6 +35,29 @@ fn missing(fact: &Fact) -> String {
     format!("kernel lacks {what} {}.{}", fact.ty, fact.member)
 }
 
+/// What probing learned of a kernel on which BPF runs: its BTF, this boot's
+/// cgroups and a trial pass. The files BPF serves, and why not the others,
+/// are a function of it alone ([`support`]).
+#[derive(Clone, Debug)]
+pub(crate) struct Found {
+    /// This machine's possible CPUs and NUMA nodes.
+    pub(crate) cpus: usize,
+    pub(crate) nodes: usize,
+    /// CONFIG_NUMA: memory.numa_stat exists.
+    pub(crate) has_numa_stat: bool,
+    /// Whether BTF tells where memory.numa_stat's values are, or why not.
+    pub(crate) numa_layout: Result<(), String>,
+    /// memory.swap.* exist on this boot (CONFIG_SWAP, not turned off), or
+    /// why not.
+    pub(crate) swap_files: Result<(), String>,
+    /// The trial pass's FEAT_* bits.
+    pub(crate) features: u32,
+    /// The trial pass's KERNEL_FACTS bits.
+    pub(crate) facts: u64,
+    /// PSI_NO_*: why the pass has no PSI clock (with FEAT_PSI_CLOCK unset).
+    pub(crate) psi_no_clock: usize,
+}
+
 /// As [`probe`], relocating against `btf` (a file standing for the
 /// kernel's BTF) when given.
 pub(crate) fn probe_with(root_fd: BorrowedFd, filter: Option<Regex>, btf: Option<&Path>) -> Probe {
@@ -51,6 +74,7 @@ pub(crate) fn probe_with(root_fd: BorrowedFd, filter: Option<Regex>, btf: Option
         Ok(btf) => Kernel::read(&btf),
         Err(e) => return fail(format!("{e:#}")),
     };
+    let (cpus, nodes) = (limits.cpus, limits.nodes);
     let mut loaded = match Loaded::first(root_fd, limits, btf) {
         Ok(l) => l,
         Err(e) => return fail(format!("cannot load the cgroup iterator: {e:#}")),
@@ -59,7 +83,36 @@ pub(crate) fn probe_with(root_fd: BorrowedFd, filter: Option<Regex>, btf: Option
         Ok(pass) => (pass.features, pass.facts, pass.psi_no_clock),
         Err(e) => return fail(format!("the cgroup iterator failed: {e:#}")),
     };
+    let found = Found {
+        cpus,
+        nodes,
+        has_numa_stat,
+        numa_layout: numa_layout.map(|_| ()).map_err(|e| format!("{e:#}")),
+        swap_files: swap_files
+            .and_then(|()| swap_files_this_boot(root_fd))
+            .map_err(|e| format!("{e:#}")),
+        features,
+        facts,
+        psi_no_clock,
+    };
+    Probe {
+        capability: Ok(support(&found)),
+        backend: Some(BpfBackend::new(loaded, filter)),
+    }
+}
 
+/// The files BPF serves on a kernel where it runs, and for every file why
+/// not or how fresh.
+pub(crate) fn support(found: &Found) -> Support {
+    let &Found {
+        cpus,
+        nodes,
+        has_numa_stat,
+        features,
+        facts,
+        psi_no_clock,
+        ..
+    } = found;
     let mut files = FileSet::all();
     let mut reasons = Vec::new();
     let mut never = |f: StatFile, why: &str, files: &mut FileSet| {
@@ -83,14 +136,14 @@ pub(crate) fn probe_with(root_fd: BorrowedFd, filter: Option<Regex>, btf: Option
             }
         }
     }
-    if let Err(why) = swap_files.and_then(|()| swap_files_this_boot(root_fd)) {
+    if let Err(why) = &found.swap_files {
         for f in [
             StatFile::MemorySwapCurrent,
             StatFile::MemorySwapMax,
             StatFile::MemoryZswapMax,
         ] {
             if files.contains(f) {
-                never(f, &format!("{why:#}"), &mut files);
+                never(f, why, &mut files);
             }
         }
     }
@@ -100,14 +153,14 @@ pub(crate) fn probe_with(root_fd: BorrowedFd, filter: Option<Regex>, btf: Option
             "kernel has no memory.numa_stat (CONFIG_NUMA)",
             &mut files,
         );
-    } else if limits.nodes > NUMA_NODES {
+    } else if nodes > NUMA_NODES {
         never(
             StatFile::MemoryNumaStat,
             &format!("more than {NUMA_NODES} NUMA nodes: a record holds {NUMA_NODES}"),
             &mut files,
         );
     }
-    if limits.cpus > CPU_WORDS * 64 {
+    if cpus > CPU_WORDS * 64 {
         never(
             StatFile::CpusetCpus,
             "more CPUs than a record holds",
@@ -119,7 +172,7 @@ pub(crate) fn probe_with(root_fd: BorrowedFd, filter: Option<Regex>, btf: Option
             &mut files,
         );
     }
-    if limits.nodes > 64 {
+    if nodes > 64 {
         never(
             StatFile::CpusetMems,
             "more nodes than a record holds",
@@ -132,9 +185,9 @@ pub(crate) fn probe_with(root_fd: BorrowedFd, filter: Option<Regex>, btf: Option
         );
     }
     // Still in `files`: the kernel has the file and a record holds its nodes.
-    let numa_gap = match &numa_layout {
+    let numa_gap = match &found.numa_layout {
         _ if !files.contains(StatFile::MemoryNumaStat) || features & FEAT_NUMA != 0 => None,
-        Err(why) => Some(format!("{why:#}")),
+        Err(why) => Some(why.clone()),
         Ok(_) if features & FEAT_MEMCG_KFUNCS == 0 => {
             Some("kernel lacks kfunc bpf_mem_cgroup_flush_stats".to_owned())
         }
@@ -215,10 +268,7 @@ pub(crate) fn probe_with(root_fd: BorrowedFd, filter: Option<Regex>, btf: Option
             reasons.push((f, "read at the pass".to_owned()));
         }
     }
-    Probe {
-        capability: Ok(Support { files, reasons }),
-        backend: Some(BpfBackend::new(loaded, filter)),
-    }
+    Support { files, reasons }
 }
 
 /// The stat files that need `fact`.
