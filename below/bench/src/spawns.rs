@@ -11,6 +11,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::path::PathBuf;
 
+use anyhow::bail;
 use anyhow::Context;
 use anyhow::Result;
 
@@ -24,10 +25,27 @@ pub struct Accounting {
 }
 
 impl Accounting {
-    /// Fails where the kernel has no BSD process accounting (ENOSYS) or
-    /// we may not turn it on (CAP_SYS_PACCT).
+    /// Fails where the kernel has no BSD process accounting (ENOSYS), we
+    /// may not turn it on (CAP_SYS_PACCT), or it would write nothing: the
+    /// kernel suspends it while its file's filesystem has less free space
+    /// than kernel.acct's first value (percent), silently.
     pub fn start(file: &Path) -> Result<Accounting> {
         std::fs::write(file, b"")?;
+        let resume = std::fs::read_to_string("/proc/sys/kernel/acct")
+            .context("reading kernel.acct")?
+            .split_whitespace()
+            .next()
+            .and_then(|v| v.parse::<u64>().ok())
+            .context("kernel.acct: no resume percentage")?;
+        let fs = nix::sys::statvfs::statvfs(file).context("statvfs of the accounting file")?;
+        let free_pct = fs.blocks_available() as u64 * 100 / (fs.blocks() as u64).max(1);
+        if free_pct <= resume {
+            bail!(
+                "BSD process accounting would count nothing: {} has {free_pct}% free, \
+                 the kernel needs more than {resume}% (kernel.acct); put the file elsewhere (TMPDIR)",
+                file.display()
+            );
+        }
         set(Some(file)).context("acct(2): BSD process accounting")?;
         Ok(Accounting {
             file: file.to_path_buf(),
