@@ -103,7 +103,7 @@ pub(crate) fn probe_with(root_fd: BorrowedFd, filter: Option<Regex>, btf: Option
     } else if limits.nodes > NUMA_NODES {
         never(
             StatFile::MemoryNumaStat,
-            &format!("more than {NUMA_NODES} NUMA nodes: a record holds {NUMA_NODES}"),
+            &format!("more than {NUMA_NODES} NUMA nodes: the program reads {NUMA_NODES}"),
             &mut files,
         );
     }
