@@ -20,17 +20,45 @@ for p in 1 2 3 4 5 6 7 8 9 10; do
   for c in memory cpu io pids; do grep -qw $c "$T/p$p/cgroup.controllers" && echo "+$c" > "$T/p$p/cgroup.subtree_control"; done
 done
 
-# maps PID: "name:bytes ..." of the maps PID holds, and their total last.
+# maps PID: a line "id type name value_bytes memlock_bytes max_entries
+# flags" per map PID holds.
 maps() {
   bpftool map show | awk -v pid="$1" '
-    /^[0-9]+:/ { name = "?"; for (i = 1; i < NF; i++) if ($i == "name") name = $(i + 1) }
-    { for (i = 1; i < NF; i++) if ($i == "memlock") { b = $(i + 1); sub(/B$/, "", b) } }
-    /pids / && index($0, "(" pid ")") { out = out name ":" b " "; total += b }
-    END { printf "%s%.0f\n", out, total }'
+    /^[0-9]+:/ { id = $1; sub(/:$/, "", id); type = $2; name = "?"; flags = 0
+                 for (i = 1; i < NF; i++) { if ($i == "name") name = $(i + 1); if ($i == "flags") flags = $(i + 1) } }
+    { for (i = 1; i < NF; i++) {
+        if ($i == "memlock") { b = $(i + 1); sub(/B$/, "", b) }
+        if ($i == "max_entries") e = $(i + 1)
+        if ($i == "value") { v = $(i + 1); sub(/B$/, "", v) } } }
+    /pids / && index($0, "(" pid ")") { print id, type, name, v, b, e, flags }'
+}
+
+# total: the memlock bytes of `maps` lines on stdin.
+total() { awk '{ s += $5 } END { printf "%.0f\n", s }'; }
+
+# kib BYTES
+kib() { awk -v b="$1" 'BEGIN { printf "%.0f", b / 1024 }'; }
+
+# filled VALUE_BYTES MAX_ENTRIES FLAGS: the memlock of a new hash map
+# like below main's (u64 keys) holding `n` entries, one per cgroup, as its
+# pass leaves it before user space drains it.
+filled() {
+  pin=/sys/fs/bpf/maps-filled
+  bpftool map create $pin type hash key 8 value "$1" entries "$2" name filled flags "$(($3))"
+  awk -v n="$n" -v vb="$1" -v pin=$pin 'BEGIN {
+    v = ""; for (j = 0; j < vb; j++) v = v " 0"
+    for (i = 1; i <= n; i++) {
+      k = ""; x = i; for (j = 0; j < 8; j++) { k = k " " (x % 256); x = int(x / 256) }
+      print "map update pinned " pin " key" k " value" v
+    } }' > /tmp/maps-batch
+  bpftool batch file /tmp/maps-batch > /dev/null
+  bpftool map show pinned $pin | awk '{ for (i = 1; i < NF; i++) if ($i == "memlock") { b = $(i + 1); sub(/B$/, "", b); print b } }'
+  rm $pin /tmp/maps-batch
 }
 
 # measure KEY KIND BIN: the row of one recorder over the tree as it is.
 measure() {
+  key=$1
   dir=/tmp/maps-$1
   rm -rf "$dir"
   mkdir -p "$dir"
@@ -50,23 +78,37 @@ measure() {
     sleep 2
     t=$((t + 2))
     now=$(maps $rec)
-    if [ "$now" = "$last" ] && [ "${now##* }" != 0 ]; then same=$((same + 1)); else same=0; fi
+    if [ -n "$now" ] && [ "$now" = "$last" ]; then same=$((same + 1)); else same=0; fi
     last=$now
   done
-  kill $rec
-  wait $rec || true
-  total=${now##* }
-  if [ $same -lt 3 ] || [ "$total" = 0 ]; then
-    echo "| $1 | $n | n/a: maps did not settle in 300 s ($(tail -n 1 "$dir/stderr")) | |"
+  if [ $same -lt 3 ]; then
+    kill $rec
+    wait $rec || true
+    echo "| $1 | $n | n/a: maps did not settle in 300 s ($(tail -n 1 "$dir/stderr")) | | |"
     return
   fi
-  # "records:123 numa:456" in KiB.
-  list=$(echo "${now% *}" | awk '{ for (i = 1; i <= NF; i++) { split($i, a, ":"); printf "%s`%s` %.0f", (i > 1 ? ", " : ""), a[1], a[2] / 1024 } }')
-  echo "| $1 | $n | $list | $(awk -v b="$total" 'BEGIN { printf "%.0f", b / 1024 }') |"
+  held=$(echo "$now" | total)
+  kill $rec
+  wait $rec || true
+  # A hash map (below main's) is drained after each pass: between passes
+  # it holds its buckets, at a pass's end one entry per cgroup as well.
+  peak=$held
+  list=""
+  while read -r _id type name vbytes mem max flags; do
+    list="$list${list:+, }\`$name\` $(kib "$mem")"
+    if [ "$type" = hash ]; then
+      full=$(filled "$vbytes" "$max" "$flags" < /dev/null)
+      peak=$((peak - mem + full))
+      list="$list (full: $(kib "$full"))"
+    fi
+  done <<EOF
+$now
+EOF
+  echo "| $key | $n | $list | $(kib "$held") | $(kib "$peak") |"
 }
 
-echo "| recorder | cgroups | maps (KiB each) | total KiB |"
-echo "|---|---:|---|---:|"
+echo "| recorder | cgroups | maps (KiB each) | held KiB | at a pass's end KiB |"
+echo "|---|---:|---|---:|---:|"
 made=0
 for size in $SIZES; do
   # The tree: what the guest has plus new cgroups, `size` in all.

@@ -72,12 +72,12 @@ pub(crate) struct Loaded {
 /// Records room at the first load; the map grows when a pass needs more.
 const FIRST_CAPACITY: u32 = 256;
 
-/// Records room for a tree of `cgroups`: an eighth and 64 more, so a
-/// growing tree reloads the program (tens of ms) about once per eighth it
-/// grows, while the kernel pins about what the tree needs (a power of two
-/// above twice the tree pinned up to 4x).
+/// Records room for a tree of `cgroups`: a sixteenth and 64 more, so the
+/// kernel pins little past what the tree needs (a power of two above twice
+/// the tree pinned up to 4x) while a growing tree reloads the program (a
+/// verifier pass) only about once per sixteenth it grows.
 pub(crate) fn capacity_for(cgroups: u32) -> u32 {
-    cgroups.saturating_add(cgroups / 8).saturating_add(64)
+    cgroups.saturating_add(cgroups / 16).saturating_add(64)
 }
 
 impl Loaded {
