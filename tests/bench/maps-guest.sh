@@ -39,12 +39,14 @@ total() { awk '{ s += $5 } END { printf "%.0f\n", s }'; }
 # kib BYTES
 kib() { awk -v b="$1" 'BEGIN { printf "%.0f", b / 1024 }'; }
 
-# filled VALUE_BYTES MAX_ENTRIES FLAGS: the memlock of a new hash map
-# like below main's (u64 keys) holding `n` entries, one per cgroup, as its
-# pass leaves it before user space drains it.
+# filled VALUE_BYTES MAX_ENTRIES FLAGS: "EMPTY FULL", the memlock of a new
+# hash map like below main's (u64 keys) empty, as user space leaves it after
+# draining it, and holding `n` entries, one per cgroup, as its pass leaves
+# it. (Polls of the live map land anywhere in that cycle.)
 filled() {
   pin=/sys/fs/bpf/maps-filled
   bpftool map create $pin type hash key 8 value "$1" entries "$2" name filled flags "$(($3))"
+  empty=$(memlock_of $pin)
   awk -v n="$n" -v vb="$1" -v pin=$pin 'BEGIN {
     v = ""; for (j = 0; j < vb; j++) v = v " 0"
     for (i = 1; i <= n; i++) {
@@ -52,8 +54,11 @@ filled() {
       print "map update pinned " pin " key" k " value" v
     } }' > /tmp/maps-batch
   bpftool batch file /tmp/maps-batch > /dev/null
-  bpftool map show pinned $pin | awk '{ for (i = 1; i < NF; i++) if ($i == "memlock") { b = $(i + 1); sub(/B$/, "", b); print b } }'
+  echo "$empty $(memlock_of $pin)"
   rm $pin /tmp/maps-batch
+}
+memlock_of() {
+  bpftool map show pinned "$1" | awk '{ for (i = 1; i < NF; i++) if ($i == "memlock") { b = $(i + 1); sub(/B$/, "", b); print b } }'
 }
 
 # measure KEY KIND BIN: the row of one recorder over the tree as it is.
@@ -72,14 +77,16 @@ measure() {
     *) "$3" --config "$dir/config" record -i 1 --disable-exitstats 2> "$dir/stderr" & ;;
   esac
   rec=$!
-  # Settled: the same maps three polls (6 s) in a row, none before 6 s.
+  # Settled: the same maps three polls (6 s) in a row, none before 6 s
+  # (a hash map's memory moves with each pass: see filled).
   last="" same=0 t=0 now=""
   while [ $t -lt 300 ] && [ $same -lt 3 ]; do
     sleep 2
     t=$((t + 2))
     now=$(maps $rec)
-    if [ -n "$now" ] && [ "$now" = "$last" ]; then same=$((same + 1)); else same=0; fi
-    last=$now
+    shape=$(echo "$now" | awk '$2 == "hash" { $5 = "-" } { print }')
+    if [ -n "$now" ] && [ "$shape" = "$last" ]; then same=$((same + 1)); else same=0; fi
+    last=$shape
   done
   if [ $same -lt 3 ]; then
     kill $rec
@@ -95,11 +102,13 @@ measure() {
   peak=$held
   list=""
   while read -r _id type name vbytes mem max flags; do
-    list="$list${list:+, }\`$name\` $(kib "$mem")"
     if [ "$type" = hash ]; then
-      full=$(filled "$vbytes" "$max" "$flags" < /dev/null)
-      peak=$((peak - mem + full))
-      list="$list (full: $(kib "$full"))"
+      ef=$(filled "$vbytes" "$max" "$flags" < /dev/null)
+      held=$((held - mem + ${ef% *}))
+      peak=$((peak - mem + ${ef#* }))
+      list="$list${list:+, }\`$name\` $(kib "${ef% *}") (full: $(kib "${ef#* }"))"
+    else
+      list="$list${list:+, }\`$name\` $(kib "$mem")"
     fi
   done <<EOF
 $now
