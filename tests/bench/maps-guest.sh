@@ -4,9 +4,9 @@
 # --maps). Usage: maps-guest.sh "1000 5000" ROW...; ROW = key:kind:binary,
 # kind `main` (below main, enable_cgroup_bpf) or `ours` (BPF backend). Each
 # records with `-i 1`, exitstats off (so every map it holds is the cgroup
-# program's) until its maps stop changing; bpftool's memlock per map is the
-# kernel's own count (map_mem_usage: an array's whole capacity, a hash
-# map's buckets and the entries it holds). Prints one markdown row per
+# program's) until its maps stop changing; each map's memlock in fdinfo
+# is the kernel's own count (map_mem_usage: an array's whole capacity, a
+# hash map's buckets and the entries it holds). Prints one markdown row per
 # recorder and size.
 set -eu
 SIZES=$1
@@ -21,16 +21,18 @@ for p in 1 2 3 4 5 6 7 8 9 10; do
 done
 
 # maps PID: a line "id type name value_bytes memlock_bytes max_entries
-# flags" per map PID holds.
+# flags" per map PID holds (its fds' fdinfo; bpftool for the name).
 maps() {
-  bpftool map show | awk -v pid="$1" '
-    /^[0-9]+:/ { id = $1; sub(/:$/, "", id); type = $2; name = "?"; flags = 0
-                 for (i = 1; i < NF; i++) { if ($i == "name") name = $(i + 1); if ($i == "flags") flags = $(i + 1) } }
-    { for (i = 1; i < NF; i++) {
-        if ($i == "memlock") { b = $(i + 1); sub(/B$/, "", b) }
-        if ($i == "max_entries") e = $(i + 1)
-        if ($i == "value") { v = $(i + 1); sub(/B$/, "", v) } } }
-    /pids / && index($0, "(" pid ")") { print id, type, name, v, b, e, flags }'
+  for fd in /proc/"$1"/fd/*; do
+    [ "$(readlink "$fd")" = anon_inode:bpf-map ] || continue
+    awk '{ f[$1] = $2 } END {
+      t = f["map_type:"] == 1 ? "hash" : "other"
+      print f["map_id:"], t, f["value_size:"], f["memlock:"], f["max_entries:"], f["map_flags:"] }' \
+      "/proc/$1/fdinfo/${fd##*/}"
+  done | sort -un | while read -r id type vbytes mem max flags; do
+    name=$(bpftool map show id "$id" | awk 'NR == 1 { for (i = 1; i < NF; i++) if ($i == "name") print $(i + 1) }')
+    echo "$id $type ${name:-?} $vbytes $mem $max $flags"
+  done
 }
 
 # total: the memlock bytes of `maps` lines on stdin.
