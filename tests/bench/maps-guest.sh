@@ -118,6 +118,8 @@ EOF
   echo "| $key | $n | $list | $(kib "$held") | $(kib "$peak") |"
 }
 
+# A line of its own: the console's escapes precede the first.
+echo
 echo "| recorder | cgroups | maps (KiB each) | held KiB | at a pass's end KiB |"
 echo "|---|---:|---|---:|---:|"
 made=0
