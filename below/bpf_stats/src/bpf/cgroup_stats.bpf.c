@@ -17,7 +17,8 @@
  * (walk order DESCENDANTS_PRE, set by the loader) that flushes once at the
  * walk root and then writes one fixed-size record per cgroup into an
  * mmapped array map (and its memory.numa_stat rows into a second one).
- * Nothing is printed: user space reads the records in place and reads `nr_cgroups`/`features` from the mmapped .bss.
+ * Nothing is printed: user space reads the records in place and reads
+ * `nr_cgroups`/`features` from the mmapped .bss.
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
