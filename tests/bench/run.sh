@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Usage: tests/bench/run.sh [--smoke | --service | --bill | --ratios | --top | --upstream | --soak | --scrape]
+# Usage: tests/bench/run.sh [--smoke | --service | --bill | --ratios | --top | --upstream | --soak | --scrape | --maps]
 #                           [--kernels "debian-7.3 patched"]
 #                           [--out DIR] [-- cgroup-bench ARGS...]
 # Builds release cgroup-bench and below, boots each kernel under QEMU (TCG,
@@ -44,6 +44,11 @@
 #   --soak    RSS of `below record` over 10 min at 5,000 cgroups with churn.
 #   --scrape  one /metrics scrape against one sample of `below record
 #             --listen` at 1,000 cgroups, BPF (tests/bench/scrape-guest.sh).
+#   --maps    kernel memory of the BPF maps each BPF recorder keeps (below
+#             main's enable_cgroup_bpf hash map, + the series, ours) at
+#             1,000 and 5,000 cgroups (tests/bench/maps-guest.sh; ~10 min).
+#             $MAPS_BEFORE_SERIES_BIN / $MAPS_BEFORE_OURS_BIN add rows for
+#             builds to compare against (e.g. before a change).
 #   -- ARGS   cgroup-bench arguments replacing the default set below (the
 #             binaries are in the guest as /bin/below, /bin/below09).
 # Commas are cgroup-bench's list syntax; backticks in printf are markdown.
@@ -63,6 +68,7 @@ while [ $# -gt 0 ]; do
     --top) mode=top; shift ;;
     --soak) mode=soak; shift ;;
     --scrape) mode=scrape; shift ;;
+    --maps) mode=maps; shift ;;
     --kernels) kernels=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
     --) shift; break ;;
@@ -87,11 +93,11 @@ done
 adds+=(--add /usr/lib/os-release:/usr/lib/os-release --add tests/bench/host-like.sh:/host-like.sh
        --add tests/vm/guest-lib.sh:/guest-lib.sh)
 recorder_args=(--below /bin/below --below09 /bin/below09)
-if [[ $mode = bill || $mode = upstream || $mode = ratios || $mode = service ]] && [ -z "${BELOW_MAIN_BIN:-}" ]; then
+if [[ $mode = bill || $mode = upstream || $mode = ratios || $mode = service || $mode = maps ]] && [ -z "${BELOW_MAIN_BIN:-}" ]; then
   # below main's rows when its pinned tarball is here (built once, cached).
   BELOW_MAIN_BIN=$(tests/upstream/binaries.sh stock | tail -n1) || BELOW_MAIN_BIN=
 fi
-if [[ $mode = bill || $mode = upstream ]] && [ -n "${BELOW_MAIN_BIN:-}" ] && [ -z "${BELOW_MAIN_SERIES_BIN:-}" ]; then
+if [[ $mode = bill || $mode = upstream || $mode = maps ]] && [ -n "${BELOW_MAIN_BIN:-}" ] && [ -z "${BELOW_MAIN_SERIES_BIN:-}" ]; then
   BELOW_MAIN_SERIES_BIN=$(tests/upstream/binaries.sh patched | tail -n1) || BELOW_MAIN_SERIES_BIN=
 fi
 if [ -n "${BELOW_MAIN_BIN:-}" ]; then
@@ -141,6 +147,9 @@ elif [ $mode = upstream ]; then
   vm_timeout=3600 mem=4G suffix=-upstream
 elif [ $mode = scrape ]; then
   vm_timeout=900 suffix=-scrape
+elif [ $mode = maps ]; then
+  [ -n "${BELOW_MAIN_SERIES_BIN:-}" ] || die "--maps needs below main (tests/upstream/binaries.sh)"
+  vm_timeout=1800 suffix=-maps
 elif [ $mode = soak ]; then
   # Compressed (as below's own unit records): 10 min of uncompressed
   # samples at 5,000 cgroups would outgrow the guest's tmpfs.
@@ -170,6 +179,10 @@ bench_kernel() {
   rm -rf "${out:?}/$k$suffix"
   if [ $mode = scrape ]; then
     bench_scrape "$k" "$img"
+    return
+  fi
+  if [ $mode = maps ]; then
+    bench_maps "$k" "$img"
     return
   fi
   cmd=(sh /host-like.sh cgroup-bench --json /out/bench.json --md /out/bench.md "${args[@]}")
@@ -251,6 +264,31 @@ bench_scrape() {
   fi
   printf '\n## Kernel %s: one scrape\n\nReproduce: `tests/bench/run.sh --scrape --kernels %s` (guest: `%s`)\n\n' \
     "$k" "$k" "${guest[*]}"
+  tr -d '\r' < "$log" | grep '^|'
+}
+
+# --maps: the guest script prints the table.
+bench_maps() {
+  local k=$1 img=$2 log="$out/console-$1-maps.log"
+  local rows=(main-bpf:main:/bin/below-main main-series:main:/bin/below-main-series ours:ours:/bin/below)
+  local maps_adds=(--add "$BELOW_MAIN_BIN:/bin/below-main" --add "$BELOW_MAIN_SERIES_BIN:/bin/below-main-series"
+             --add "$BELOW_BIN:/bin/below" --add tests/bench/maps-guest.sh:/maps-guest.sh
+             --add tests/vm/guest-lib.sh:/guest-lib.sh --add "$(command -v bpftool):/usr/local/bin/bpftool")
+  if [ -n "${MAPS_BEFORE_SERIES_BIN:-}" ]; then
+    maps_adds+=(--add "$MAPS_BEFORE_SERIES_BIN:/bin/below-main-series-before")
+    rows+=(main-series-before:main:/bin/below-main-series-before)
+  fi
+  if [ -n "${MAPS_BEFORE_OURS_BIN:-}" ]; then
+    maps_adds+=(--add "$MAPS_BEFORE_OURS_BIN:/bin/below-before")
+    rows+=(ours-before:ours:/bin/below-before)
+  fi
+  local guest=(sh /maps-guest.sh "1000 5000" "${rows[@]}")
+  if ! tests/vm/run.sh --kernel "$img" --timeout "$vm_timeout" --mem 2G "${maps_adds[@]}" \
+      -- "${guest[@]}" >"$log" 2>&1; then
+    tail -n 30 "$log" | tr -d '\r' >&2
+    return 1
+  fi
+  printf '\n## Kernel %s: BPF map memory\n\nReproduce: `tests/bench/run.sh --maps --kernels %s`\n\n' "$k" "$k"
   tr -d '\r' < "$log" | grep '^|'
 }
 

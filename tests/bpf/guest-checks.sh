@@ -1,9 +1,11 @@
 #!/bin/sh
-# Runs inside a tests/vm guest (busybox sh). Usage: guest-checks.sh full|compare|fallback|parity|psi
+# Runs inside a tests/vm guest (busybox sh). Usage: guest-checks.sh full|compare|numa|fallback|parity|psi
 # full:     7.3 guest (memcg kfuncs): plan, compare, churn, syscalls, bench.
 # compare:  another kernel with memcg kfuncs: memory.stat, cpu.stat and the
 #           pressure files served by BPF (the plan, checked by bstats-check),
 #           what BPF serves equals text.
+# numa:     two nodes with memory (run.sh --numa): memory.numa_stat served
+#           by BPF for both, equal to text.
 # fallback: kernel without memcg kfuncs: auto and forced bpf fall back per
 #           file with the reason; what BPF serves equals text.
 # parity:   live tree: every value BPF serves lies where the text read just
@@ -33,6 +35,11 @@ full)
 compare)
   check plan-auto $B plan auto --bpf memory.stat --bpf cpu.stat \
     --bpf cpu.pressure --bpf io.pressure --bpf memory.pressure
+  check compare $B compare 60
+  ;;
+numa)
+  check two-nodes grep -qx 0-1 /sys/devices/system/node/has_memory
+  check plan-auto $B plan auto --bpf memory.numa_stat
   check compare $B compare 60
   ;;
 fallback)

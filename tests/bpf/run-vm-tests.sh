@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Usage: tests/bpf/run-vm-tests.sh [STAGE[:KERNEL]]...
-#   (default: host full facts compare:debian-7.2 fallback:debian-6.12 fallback:debian-6.1
+#   (default: host full facts compare:debian-7.2 numa fallback:debian-6.12 fallback:debian-6.1
 #    parity parity:debian-7.2 parity:debian-6.12 parity:debian-6.1 psi psi:patched)
 # Runs the acceptance driver bstats-check (below/testkit) in QEMU guests
 # through tests/vm/run.sh (KERNEL: a tests/vm/kernel.sh name):
@@ -8,6 +8,8 @@
 #             mkdir/rmdir churn, constant syscalls per sample, CPU bench
 #   compare   (debian-7.2) memory.stat, cpu.stat, pressure served by BPF;
 #             frozen-tree bpf==read compare
+#   numa      (debian-7.3, two NUMA nodes) memory.numa_stat served by BPF
+#             for both nodes; frozen-tree bpf==read compare
 #   fallback  (debian-6.1) no memcg kfuncs: per-file fallback with the
 #             reason, auto and forced bpf; frozen-tree compare of the rest
 #   facts     (debian-7.3) bpf_stats' unit tests that load the program with
@@ -27,7 +29,7 @@
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 stages=("$@")
-[ ${#stages[@]} -gt 0 ] || stages=(host full facts compare:debian-7.2 fallback:debian-6.12 fallback:debian-6.1
+[ ${#stages[@]} -gt 0 ] || stages=(host full facts compare:debian-7.2 numa fallback:debian-6.12 fallback:debian-6.1
   parity parity:debian-7.2 parity:debian-6.12 parity:debian-6.1 psi psi:patched)
 
 host() {
@@ -36,10 +38,11 @@ host() {
 
 # guest KERNEL STAGE
 guest() {
-  local disk=()
+  local extra=()
   # parity: io.pressure (and io.stat) move with IO on a scratch disk.
-  [ "$2" != parity ] || disk=(--disk 64M)
-  "$REPO_ROOT/tests/vm/run.sh" --kernel "$1" --timeout 1500 "${disk[@]}" \
+  [ "$2" != parity ] || extra=(--disk 64M)
+  [ "$2" != numa ] || extra=(--numa)
+  "$REPO_ROOT/tests/vm/run.sh" --kernel "$1" --timeout 1500 "${extra[@]}" \
     --add "$CHECK_BIN:/bstats-check" --add "$REPO_ROOT/tests/bpf/guest-checks.sh:/guest-checks.sh" \
     -- sh /guest-checks.sh "$2"
 }
@@ -59,7 +62,7 @@ facts() {
 kernel_of() {
   case "$1" in
     *:*) echo "${1#*:}" ;;
-    full|facts|parity|psi) echo debian-7.3 ;;
+    full|facts|numa|parity|psi) echo debian-7.3 ;;
     compare) echo debian-7.2 ;;
     fallback) echo debian-6.1 ;;
   esac
@@ -67,7 +70,7 @@ kernel_of() {
 
 for s in "${stages[@]}"; do
   case "${s%%:*}" in
-    host|full|facts|compare|fallback|parity|psi) ;;
+    host|full|facts|compare|numa|fallback|parity|psi) ;;
     *) die "unknown stage $s" ;;
   esac
 done

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Usage: tests/vm/run.sh --kernel NAME_OR_PATH [--root IMAGE] [--timeout SECS]
 #                        [--add HOSTPATH[:GUESTPATH]]... [--out DIR] [--disk SIZE]
-#                        [--mem SIZE] [--smp N] [--append ARGS] -- GUEST_COMMAND [ARGS...]
+#                        [--mem SIZE] [--smp N] [--numa] [--append ARGS] -- GUEST_COMMAND [ARGS...]
 # Boots NAME (see kernel.sh) or a bzImage PATH under QEMU (TCG) with a busybox
 # initramfs and runs GUEST_COMMAND as root in it; the console goes to stdout
 # and to a log file; exits with the guest command's exit code.
@@ -19,12 +19,14 @@
 #                       by the guest to a virtio disk (serial below-out, up to 4 GiB).
 #   --disk SIZE         attach a blank raw scratch disk (e.g. 1G), /dev/scratch in the guest.
 #   --timeout SECS      whole-VM time limit (default 600).
+#   --numa              two NUMA nodes, each with half the memory and the CPUs
+#                       (memory.numa_stat with more than one node).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 # (braces: bash parses the whole body first, so editing this file while it runs is safe)
 {
 
-kernel='' rootimg='' timeout_s=600 out='' disk='' mem=2G smp=2 append=''
+kernel='' rootimg='' timeout_s=600 out='' disk='' mem=2G smp=2 append='' numa=0
 adds=()
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -36,6 +38,7 @@ while [ $# -gt 0 ]; do
     --disk) disk=$2; shift 2 ;;
     --mem) mem=$2; shift 2 ;;
     --smp) smp=$2; shift 2 ;;
+    --numa) numa=1; shift ;;
     --append) append="$append $2"; shift 2 ;;
     --) shift; break ;;
     *) die "unknown argument '$1' (see the usage at the top of $0)" ;;
@@ -275,6 +278,12 @@ cat "$base" "$work/run.cpio" >"$work/initrd.cpio"
 qargs=(-accel tcg,thread=single -m "$mem" -smp "$smp" -nographic -no-reboot -nic none
        -kernel "$kimage" -initrd "$work/initrd.cpio"
        -append "console=ttyS0 panic=-1 quiet$append")
+if [ $numa = 1 ]; then
+  [ "$smp" -ge 2 ] || die "--numa needs --smp 2 or more"
+  half=$(( $(numfmt --from=iec "$mem") / 2 / 1048576 ))M
+  qargs+=(-object "memory-backend-ram,id=m0,size=$half" -numa "node,nodeid=0,cpus=0-$((smp / 2 - 1)),memdev=m0"
+          -object "memory-backend-ram,id=m1,size=$half" -numa "node,nodeid=1,cpus=$((smp / 2))-$((smp - 1)),memdev=m1")
+fi
 if [ -n "$out" ]; then
   truncate -s 4G "$work/out.img"
   qargs+=(-drive "file=$work/out.img,if=none,format=raw,id=out"

@@ -16,8 +16,9 @@
  * One pass over the cgroup tree per sample: a sleepable cgroup iterator
  * (walk order DESCENDANTS_PRE, set by the loader) that flushes once at the
  * walk root and then writes one fixed-size record per cgroup into an
- * mmapped array map. Nothing is printed: user space reads the records in
- * place and reads `nr_cgroups`/`features` from the mmapped .bss.
+ * mmapped array map (and its memory.numa_stat rows into a second one).
+ * Nothing is printed: user space reads the records in place and reads
+ * `nr_cgroups`/`features` from the mmapped .bss.
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
@@ -36,6 +37,17 @@ struct {
 	/* The loader sets the real capacity before loading. */
 	__uint(max_entries, 1);
 } records SEC(".maps");
+
+/* memory.numa_stat rows (struct numa_row in cgroup_stats.h): the loader
+ * sizes it to the records' capacity times numa_node_ids, 1 when numa_stat
+ * is not served. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__type(key, __u32);
+	__type(value, struct numa_row);
+	__uint(max_entries, 1);
+} numa SEC(".maps");
 
 /* Cgroups visited by the last pass, counted past the map's capacity so
  * user space knows how far to grow it. */
@@ -599,7 +611,8 @@ enum memcg_memory_event___opt { MEMCG_EVENTS(EVENT_OPT) };
 /* memory_numa_stat_show() reads memcg->nodeinfo[nid]->lruvec_stats->state[]
  * after the flush at the walk root; clamp like lruvec_page_state(). The
  * caller checked that lruvec_stats is a pointer (older kernels embed it). */
-static __always_inline void fill_numa(struct record *r, struct mem_cgroup___bstats *memcg)
+static __always_inline void fill_numa(struct record *r, __u32 idx,
+				      struct mem_cgroup___bstats *memcg)
 {
 	__u32 nodeinfo = bpf_core_field_offset(struct mem_cgroup___bstats, nodeinfo);
 	__u32 state = bpf_core_field_offset(struct lruvec_stats___bstats, state);
@@ -607,10 +620,16 @@ static __always_inline void fill_numa(struct record *r, struct mem_cgroup___bsta
 
 	for (__u32 nid = 0; nid < NUMA_NODES; nid++) {
 		struct mem_cgroup_per_node___bstats *pn = 0;
+		__u32 row = idx * numa_node_ids + nid;
+		struct numa_row *dst;
 		void *stats;
 
 		if (nid >= numa_node_ids || !(memory_nodes & (1ULL << nid)))
 			continue;
+		/* Sized with the records: absent only if the loader erred. */
+		dst = bpf_map_lookup_elem(&numa, &row);
+		if (!dst)
+			return;
 		bpf_probe_read_kernel(&pn, sizeof(pn), (void *)memcg + nodeinfo + nid * sizeof(pn));
 		stats = BPF_CORE_READ(pn, lruvec_stats);
 		if (!stats)
@@ -624,7 +643,7 @@ static __always_inline void fill_numa(struct record *r, struct mem_cgroup___bsta
 				v = scratch[k & (SCRATCH_LONGS - 1)];
 			else if (k != NUMA_NO_IDX) /* past what scratch holds */
 				bpf_probe_read_kernel(&v, sizeof(v), stats + state + k * sizeof(v));
-			r->numa[nid][i] = v < 0 ? 0 : v;
+			dst->v[i] = v < 0 ? 0 : v;
 		}
 	}
 	r->flags |= HAS_NUMA;
@@ -645,7 +664,7 @@ static __always_inline void fill_numa(struct record *r, struct mem_cgroup___bsta
 		 : ABSENT)
 
 /* Page counters and event arrays need no flush: read them by CO-RE. */
-static __always_inline void fill_memcg(struct record *r, struct cgroup *cgrp)
+static __always_inline void fill_memcg(struct record *r, __u32 idx, struct cgroup *cgrp)
 {
 	struct mem_cgroup___bstats *memcg = OWN_CSS(cgrp, memory);
 
@@ -678,7 +697,7 @@ static __always_inline void fill_memcg(struct record *r, struct cgroup *cgrp)
 	}
 	if (have_memcg_nodeinfo() && have_lruvec_stats_ptr() && have_lruvec_state() &&
 	    (features & FEAT_NUMA))
-		fill_numa(r, memcg);
+		fill_numa(r, idx, memcg);
 }
 
 /* A memory.stat item from whichever of the kernel's enums has it (items
@@ -836,7 +855,7 @@ int cgroup_stats(struct bpf_iter__cgroup *ctx)
 	fill_psi(r, cgrp);
 	fill_pids(r, cgrp);
 	fill_cpuset(r, cgrp);
-	fill_memcg(r, cgrp);
+	fill_memcg(r, idx, cgrp);
 	if (have_memcg_kfuncs() && (r->flags & HAS_MEMCG)) {
 		struct mem_cgroup *m = bpf_get_mem_cgroup(&cgrp->self);
 

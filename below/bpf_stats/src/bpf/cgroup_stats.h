@@ -214,8 +214,9 @@ enum fact_bit { KERNEL_FACTS(FACT_ENUM) NR_FACTS };
 #define MS_ENUM(key, expr) MS_##key,
 enum memstat_slot { MEMSTAT_KEYS(MS_ENUM) NR_MS };
 
-/* memory.numa_stat lines below keeps: record.numa[node][NUMA_key] holds
- * the raw lruvec_stats.state[] value of `enum node_stat_item` ITEM, which
+/* memory.numa_stat lines below keeps: numa_row.v[NUMA_key] of a record's
+ * row for a node (map `numa`, see struct numa_row) holds the raw
+ * lruvec_stats.state[] value of `enum node_stat_item` ITEM, which
  * user space scales by UNIT (Page, KiB, or One: bytes or counts). User
  * space finds each item's index (rodata numa_idx). */
 #define NUMA_ITEMS(X)                                                         \
@@ -321,13 +322,21 @@ struct record {
 	__u64 events[NR_EVENTS];
 	__u64 events_local[NR_EVENTS];
 	__u64 memstat[NR_MS];
-	__u64 numa[NUMA_NODES][NR_NUMA_STATS];
 	/* cpuset */
 	__u64 cpus[CPU_WORDS];
 	__u64 cpus_effective[CPU_WORDS];
 	__u64 mems;
 	__u64 mems_effective;
 	char name[256];
+};
+
+/* One node's memory.numa_stat of one cgroup: map `numa` holds
+ * `numa_node_ids` rows per record, row idx * numa_node_ids + node for the
+ * record at idx (set when the record has HAS_NUMA). Kept out of the record
+ * so the record map does not pin a table for NUMA_NODES nodes per cgroup
+ * (1.6 KiB, over half a record) on machines with one or two nodes. */
+struct numa_row {
+	__u64 v[NR_NUMA_STATS];
 };
 
 /* Never read: puts every table's enum into the object's BTF (clang emits

@@ -33,6 +33,7 @@ pub(crate) mod skel {
 #[cfg(test)]
 const OBJECT: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/cgroup_stats.bpf.o"));
 
+pub(crate) use skel::types::numa_row as NumaRow;
 pub(crate) use skel::types::record as Record;
 
 /// A field of a below stat struct, by the key the text uses.
@@ -206,7 +207,7 @@ pub(crate) struct NumaItem {
     pub(crate) unit: Unit,
 }
 
-/// memory.numa_stat lines: `record.numa[node][]` (`enum numa_item`).
+/// memory.numa_stat lines: `numa_row.v[]` (`enum numa_item`).
 macro_rules! numa_items {
     ($(($($key:ident)+, $item:ident, $unit:ident))*) => {
         keyed_fields!(MemoryNumaStat, fill_numa_stat, numa_stat_field, $(($($key)+))*);

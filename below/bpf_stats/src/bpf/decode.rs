@@ -118,19 +118,21 @@ impl Decoder {
         (pages * self.page_size) as i64
     }
 
-    /// memory.numa_stat: the nodes the text prints, in its units; written
-    /// over `old` when given (a node's entry is kept while it is printed).
+    /// memory.numa_stat from a record's `rows` (one per node id, see
+    /// [`super::load::Loaded::numa`]): the nodes the text prints, in its
+    /// units; written over `old` when given (a node's entry is kept while
+    /// it is printed).
     pub(crate) fn numa_stat(
         &self,
-        r: &Record,
+        rows: &[NumaRow],
         old: Option<BTreeMap<u32, MemoryNumaStat>>,
     ) -> Option<BTreeMap<u32, MemoryNumaStat>> {
         let layout = self.numa?;
         let mut stats = old.unwrap_or_default();
-        let printed = |n: usize| n < r.numa.len() && self.memory_nodes & (1 << n) != 0;
+        let printed = |n: usize| n < rows.len() && self.memory_nodes & (1 << n) != 0;
         stats.retain(|&n, _| printed(n as usize));
-        for n in (0..r.numa.len()).filter(|&n| printed(n)) {
-            let mut slots = r.numa[n];
+        for n in (0..rows.len()).filter(|&n| printed(n)) {
+            let mut slots = rows[n].v;
             for ((v, item), &idx) in slots.iter_mut().zip(NUMA_ITEMS).zip(&layout) {
                 *v = match (idx, item.unit) {
                     (NUMA_NO_IDX, _) => ABSENT,

@@ -98,9 +98,20 @@ pub(crate) fn full() -> Record {
         *row = [2048 * i as u64, 1024, 0];
         r.psi_total_ns[i] = 1000 * i as u64;
     }
-    r.numa[0] = std::array::from_fn(|i| 10 + i as u64);
-    r.numa[1] = [99; NUMA_ITEMS.len()];
     r
+}
+
+/// The numa rows of [`full`]: node 0's values count up, node 1's are
+/// never printed (not in memory_nodes).
+pub(crate) fn full_numa() -> [NumaRow; 2] {
+    [
+        NumaRow {
+            v: std::array::from_fn(|i| 10 + i as u64),
+        },
+        NumaRow {
+            v: [99; NUMA_ITEMS.len()],
+        },
+    ]
 }
 
 pub(crate) fn set(bits: &[u32]) -> BTreeSet<u32> {
@@ -166,7 +177,8 @@ fn full_record_decodes_in_the_files_units() {
     assert_eq!(memory_stat(&r, Some(old)), ms);
 
     // Node 0 only (memory_nodes), the two items this kernel prints, scaled.
-    let numa = d.numa_stat(&r, None).expect("numa_stat");
+    let rows = full_numa();
+    let numa = d.numa_stat(&rows, None).expect("numa_stat");
     assert_eq!(numa.keys().copied().collect::<Vec<_>>(), [0]);
     let n0 = &numa[&0];
     assert_eq!((n0.anon, n0.file), (Some(10 * PAGE), Some(11 * PAGE)));
@@ -176,7 +188,7 @@ fn full_record_decodes_in_the_files_units() {
     let mut old = numa.clone();
     old.get_mut(&0).expect("node 0").kernel_stack = Some(1);
     old.insert(1, Default::default());
-    assert_eq!(d.numa_stat(&r, Some(old)), Some(numa));
+    assert_eq!(d.numa_stat(&rows, Some(old)), Some(numa));
 
     assert_eq!(d.bytes(r.mem_usage), 10 * PAGE as i64);
     assert_eq!(d.limit(r.mem_min), 0);

@@ -30,6 +30,7 @@ use libbpf_rs::Object;
 
 use super::contract::skel::types::bss as Bss;
 use super::contract::skel::types::rodata as Rodata;
+use super::contract::NumaRow;
 use super::contract::Record;
 use super::contract::CPU_WORDS;
 use super::contract::FEAT_PSI_CLOCK;
@@ -46,6 +47,8 @@ const ELF: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/cgroup_stats.bpf.o"
 // sections: integers and arrays of them.
 unsafe impl Pod for Record {}
 // SAFETY: as above.
+unsafe impl Pod for NumaRow {}
+// SAFETY: as above.
 unsafe impl Pod for Bss {}
 // SAFETY: as above.
 unsafe impl Pod for Rodata {}
@@ -54,6 +57,9 @@ unsafe impl Pod for Rodata {}
 pub(crate) struct Loaded {
     link: Link,
     records: MapView<Record>,
+    /// `numa_nodes` rows per record (map `numa`).
+    numa: MapView<NumaRow>,
+    numa_nodes: usize,
     bss: MapView<Bss>,
     /// Owns the program and maps the link and views use.
     _object: Object,
@@ -66,6 +72,14 @@ pub(crate) struct Loaded {
 /// Records room at the first load; the map grows when a pass needs more.
 const FIRST_CAPACITY: u32 = 256;
 
+/// Records room for a tree of `cgroups`: a sixteenth and 64 more, so the
+/// kernel pins little past what the tree needs (a power of two above twice
+/// the tree pinned up to 4x) while a growing tree reloads the program (a
+/// verifier pass) only about once per sixteenth it grows.
+pub(crate) fn capacity_for(cgroups: u32) -> u32 {
+    cgroups.saturating_add(cgroups / 16).saturating_add(64)
+}
+
 impl Loaded {
     /// The first load. `btf`: CO-RE relocations against this BTF file,
     /// not the kernel's.
@@ -74,10 +88,16 @@ impl Loaded {
     }
 
     fn new(root: BorrowedFd, capacity: u32, ids: Limits, btf: Option<PathBuf>) -> Result<Self> {
+        // Rows for the node ids numa_stat can print, none when not served.
+        let numa_nodes = if ids.numa.is_some() { ids.nodes } else { 0 };
+        let numa_rows = (capacity as usize * numa_nodes).max(1);
         let object = layer::load("cgroup_stats", ELF, btf.as_deref(), |open| {
             layer::open_map(open, "records")?
                 .set_max_entries(capacity)
                 .context("Failed to size the records map")?;
+            layer::open_map(open, "numa")?
+                .set_max_entries(u32::try_from(numa_rows)?)
+                .context("Failed to size the numa map")?;
             layer::set_data(open, ".rodata", |rodata: &mut Rodata| {
                 rodata.cpumask_bytes = (ids.cpus.div_ceil(64) * 8).min(CPU_WORDS * 8) as u32;
                 rodata.nr_cpus = ids.cpus as u32;
@@ -97,6 +117,8 @@ impl Loaded {
         Ok(Loaded {
             link,
             records: MapView::new(&layer::map(&object, "records")?)?,
+            numa: MapView::new(&layer::map(&object, "numa")?)?,
+            numa_nodes,
             bss: MapView::new(&layer::map(&object, ".bss")?)?,
             _object: object,
             capacity,
@@ -143,7 +165,7 @@ impl Loaded {
             if pass.cgroups <= self.capacity {
                 return Ok(pass);
             }
-            let cap = pass.cgroups.saturating_mul(2).next_power_of_two();
+            let cap = capacity_for(pass.cgroups);
             *self = Loaded::new(root, cap, self.limits, self.btf.clone())
                 .with_context(|| format!("cannot grow the records map to {cap} cgroups"))?;
         }
@@ -158,6 +180,15 @@ impl Loaded {
         // SAFETY: the kernel wrote the first `n` during the last run, and
         // no run happens while the slice (borrowing self) is alive.
         unsafe { self.records.slice(n as usize) }
+    }
+
+    /// The memory.numa_stat rows of record `i` (one per node id; empty
+    /// when numa_stat is not served), valid where it has HAS_NUMA.
+    pub(crate) fn numa(&self, i: usize) -> &[NumaRow] {
+        let n = self.numa_nodes;
+        // SAFETY: as in `records`.
+        let rows = unsafe { self.numa.slice((i + 1) * n) };
+        rows.get(i * n..).unwrap_or_default()
     }
 
     /// As [`Loaded::records`], to set `want` before a WANTED pass.

@@ -1,5 +1,6 @@
 //! The BPF backend: one sleepable cgroup iterator pass per sample writes a
-//! fixed-size record per cgroup into an mmapped array map; the tree and
+//! fixed-size record per cgroup into an mmapped array map (memory.numa_stat
+//! rows into a second one); the tree and
 //! the samples are built from those records with no readdir and no text.
 //!
 //! - `cgroup_stats.bpf.c`, `cgroup_stats.h`: the program and the contract
@@ -196,7 +197,8 @@ impl BpfBackend {
         let (pass, keep) = (sampled.pass, sampled.keep);
         self.last_pass = (layer::thread_cpu_time() - cpu, wall.elapsed());
         let decoder = Decoder::new(&limits, &pass);
-        let records = self.loaded.records(pass.cgroups);
+        let loaded = &self.loaded;
+        let records = loaded.records(pass.cgroups);
         let view = &self.view;
         // The visible cgroups that are kept, and the node index of each.
         let mut kept = Vec::with_capacity(view.records.len());
@@ -216,8 +218,9 @@ impl BpfBackend {
         let mut prev = std::mem::take(&mut self.prev_cputime);
         let root_text = &mut self.root_text;
         let mut fill = |j: usize, sample: &mut CgroupSample, errors: &mut Vec<FileError>| {
-            let r = &records[view.records[j]];
-            decoder.fill(r, bpf, &mut prev, sample);
+            let i = view.records[j];
+            let r = &records[i];
+            decoder.fill(r, loaded.numa(i), bpf, &mut prev, sample);
             if r.level == 0 {
                 root_text
                     .get_or_insert_with(|| RootText::open(walker.root_fd(), root_text_files(bpf)))

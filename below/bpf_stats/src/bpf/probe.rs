@@ -156,7 +156,7 @@ pub(crate) fn support(found: &Found) -> Support {
     } else if nodes > NUMA_NODES {
         never(
             StatFile::MemoryNumaStat,
-            &format!("more than {NUMA_NODES} NUMA nodes: a record holds {NUMA_NODES}"),
+            &format!("more than {NUMA_NODES} NUMA nodes: the program reads {NUMA_NODES}"),
             &mut files,
         );
     }

@@ -97,7 +97,8 @@ impl Passes for Model {
                 return Ok(pass);
             }
             // A new load: a bigger map, every record zeroed.
-            self.records = vec![Record::default(); pass.cgroups as usize * 2];
+            let cap = crate::bpf::load::capacity_for(pass.cgroups);
+            self.records = vec![Record::default(); cap as usize];
         }
     }
 
@@ -299,7 +300,7 @@ fn growth_between_the_passes_loses_the_marks_and_takes_a_full_pass() {
     ));
     let mut view = All::default();
     assert_eq!(ranked(&mut m, &mut view, 2), [1, 3, 4]);
-    assert_eq!(m.records.len(), 18, "grown");
+    assert_eq!(m.records.len(), 9 + 64, "grown: the tree and 64");
     assert_eq!(m.modes, [PASS_RANK, PASS_WANTED, PASS_WANTED, PASS_FULL]);
 }
 
@@ -309,4 +310,30 @@ fn a_tree_too_big_for_the_map_grows_it_first() {
     let mut view = All::default();
     assert_eq!(ranked(&mut m, &mut view, 3), [1, 8, 9, 10]);
     assert_eq!(m.modes, [PASS_RANK, PASS_RANK, PASS_WANTED]);
+}
+
+#[test]
+fn a_growing_tree_reloads_rarely_and_pins_little_past_it() {
+    let mut m = Model::new(tree(1), 256);
+    let mut view = All::default();
+    let mut loads = Vec::new();
+    // Grown one cgroup per sample, then by a thousand at once.
+    for n in (2..=3000).chain([4000, 5000]) {
+        m.tree = tree(n);
+        let before = m.records.len();
+        let s = sample(&mut m, &mut view, None).unwrap();
+        let cap = m.records.len();
+        // Every cgroup is read, in a single pass when the map grew.
+        assert_eq!(s.pass.cgroups as usize, n as usize);
+        assert!(cap >= n as usize);
+        if cap != before {
+            loads.push((n as usize, before, cap));
+        }
+    }
+    assert_eq!(m.modes.len(), 3001 + loads.len(), "one extra pass per load");
+    for &(n, before, cap) in &loads {
+        assert!(cap <= n + n / 16 + 64, "{cap} pinned for {n} cgroups");
+        // At least a sixteenth more room each time: reloads are logarithmic.
+        assert!(cap >= before + before / 16, "{before} grew only to {cap}");
+    }
 }

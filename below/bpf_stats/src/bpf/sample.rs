@@ -15,7 +15,8 @@ use crate::StatFile;
 use crate::TopBy;
 
 impl Decoder {
-    /// `s` becomes the sample of `files` the record holds. The root's
+    /// `s` becomes the sample of `files` the record (with its numa rows,
+    /// [`super::load::Loaded::numa`]) holds. The root's
     /// cpu.stat and pressure are left out (the kernel fills them from
     /// system-wide state). Of what `s` held before, only the sets that still
     /// have the same members are kept (not allocated again); every other
@@ -23,6 +24,7 @@ impl Decoder {
     pub(crate) fn fill(
         &self,
         r: &Record,
+        numa: &[NumaRow],
         files: FileSet,
         prev: &mut PrevCputime,
         s: &mut CgroupSample,
@@ -101,7 +103,7 @@ impl Decoder {
         *memory_stat = (want(StatFile::MemoryStat) && has(HAS_MEMSTAT))
             .then(|| decode::memory_stat(r, memory_stat.take()));
         *memory_numa_stat = (want(StatFile::MemoryNumaStat) && has(HAS_NUMA))
-            .then(|| self.numa_stat(r, memory_numa_stat.take()))
+            .then(|| self.numa_stat(numa, memory_numa_stat.take()))
             .flatten();
         // The memcg's page counters and event arrays.
         let memcg = |f| !root && has(HAS_MEMCG) && want(f);

@@ -11,7 +11,7 @@ impl Decoder {
     /// A fresh sample: what `fill` makes of a default one.
     fn sample(&self, r: &Record, files: FileSet, prev: &mut PrevCputime) -> CgroupSample {
         let mut s = CgroupSample::default();
-        self.fill(r, files, prev, &mut s);
+        self.fill(r, &full_numa(), files, prev, &mut s);
         s
     }
 }
@@ -120,7 +120,13 @@ fn fill_over_an_old_sample_is_a_fresh_sample() {
     let mut s = d.sample(&r, FileSet::all(), &mut PrevCputime::new());
     // The same record again: every set is reused, not allocated again.
     let cpus = s.cpuset_cpus.as_ref().unwrap().cpus.clone();
-    d.fill(&r, FileSet::all(), &mut PrevCputime::new(), &mut s);
+    d.fill(
+        &r,
+        &full_numa(),
+        FileSet::all(),
+        &mut PrevCputime::new(),
+        &mut s,
+    );
     assert_eq!(s, d.sample(&r, FileSet::all(), &mut PrevCputime::new()));
     assert_eq!(s.cpuset_cpus.as_ref().unwrap().cpus, cpus);
     // Changed sets, and groups the record no longer holds, are not kept.
@@ -130,7 +136,13 @@ fn fill_over_an_old_sample_is_a_fresh_sample() {
     r.mems ^= 1;
     r.flags &= !(HAS_PSI | HAS_PIDS);
     s.io_stat = Some(Default::default());
-    d.fill(&r, FileSet::all(), &mut PrevCputime::new(), &mut s);
+    d.fill(
+        &r,
+        &full_numa(),
+        FileSet::all(),
+        &mut PrevCputime::new(),
+        &mut s,
+    );
     assert_eq!(s, d.sample(&r, FileSet::all(), &mut PrevCputime::new()));
     assert_eq!(s.cgroup_subtree_control, Some(BTreeSet::new()));
     assert!(s.pressure.is_none() && s.tids_current.is_none() && s.io_stat.is_none());
@@ -141,7 +153,7 @@ fn fill_over_an_old_sample_is_a_fresh_sample() {
     s.memory_zswap_current = Some(1);
     let children = Some([("c".to_string(), CgroupSample::default())].into());
     s.children = children.clone();
-    d.fill(&r, some, &mut PrevCputime::new(), &mut s);
+    d.fill(&r, &full_numa(), some, &mut PrevCputime::new(), &mut s);
     assert_eq!(s.children, children);
     s.children = None;
     assert_eq!(s, d.sample(&r, some, &mut PrevCputime::new()));
