@@ -66,11 +66,15 @@ pr_patches() {
   find "$1" -maxdepth 1 -name '[0-9][0-9][0-9][0-9]-*.patch' ! -name '0000-*' | LC_ALL=C sort
 }
 
-# The patches applied for VARIANT stock (the build fixes) or patched (and
-# the reader series).
+# The patches applied for VARIANT stock (the build fixes), patched (and
+# the reader series) or stepN (and the reader series' first N patches).
 series_patches() {
   pr_patches "$BUILD_SERIES"
-  [ "$1" = stock ] || pr_patches "$READER_SERIES"
+  case "$1" in
+    stock) ;;
+    step*) pr_patches "$READER_SERIES" | head -n "${1#step}" ;;
+    *) pr_patches "$READER_SERIES" ;;
+  esac
 }
 
 # What a tree is made of: tarball, patches, harness version.
@@ -97,12 +101,12 @@ upstream_deps() {
 
 ugit() { git -c user.name="tests/upstream" -c user.email=harness@localhost -c commit.gpgsign=false "$@"; }
 
-# Prepare $UP/src-VARIANT: the pristine tree committed once, then (when the
+# Prepare $UP/src-VARIANT (or DIR): the pristine tree committed once, then (when the
 # key changed) reset to it, the series `git am`ed and the harness steps
 # committed on top. Resetting instead of re-extracting keeps unchanged files'
 # mtimes, so cargo rebuilds only what a patch touched. Prints the tree path.
 upstream_tree() {
-  local variant=$1 dir="$UP/src-$1" key tarsha p
+  local variant=$1 dir=${2:-$UP/src-$1} key tarsha p
   key=$(variant_key "$variant")
   tarsha=$(sha256_of "$UPSTREAM_TARBALL")
   if [ "$(cat "$dir/.git/harness-pristine" 2>/dev/null)" != "$tarsha" ]; then
@@ -196,6 +200,42 @@ build_variant() {
     log "$variant: cargo build took $((SECONDS - t0)) s"
   fi
   printf '%s\n' "$bin"
+}
+
+# Each patch of the reader series before the last (the patched tree is the
+# last) on its own, in one tree ($UP/src-steps, so each step rebuilds only
+# what its patch touched): below builds and cgroupfs's tests pass. A step
+# that passed with the same inputs is not run again ($UP/steps.ok).
+upstream_steps() {
+  upstream_available || die "no upstream tarball"
+  upstream_deps
+  (flock 8; steps_locked) 8>"$UP/.lock"
+}
+
+steps_locked() {
+  local n k dir log="$UP/steps.log" key t
+  n=$(pr_patches "$READER_SERIES" | wc -l)
+  for ((k = 1; k < n; k++)); do
+    key=$(variant_key "step$k")
+    if grep -qx "$key" "$UP/steps.ok" 2>/dev/null; then
+      log "reader patch $k of $n: passed before with these inputs"
+      continue
+    fi
+    dir=$(upstream_tree "step$k" "$UP/src-steps")
+    # Registry crates from another tree's target dir (built by now); not
+    # below-vmlinux's build output, which names that tree's headers.
+    if [ ! -d "$(target_of "$dir")" ]; then
+      for t in "$UP/target-patched" "$UP/target"; do
+        [ -d "$t" ] && cp -a "$t" "$(target_of "$dir")" && break
+      done
+      ucargo "$dir" clean --release -p below-vmlinux 2>/dev/null || true
+    fi
+    log "reader patch $k of $n: cargo build --release -p below; cargo test --release -p cgroupfs (log: $log)"
+    { ucargo "$dir" build --release -p below && ucargo "$dir" test --release -p cgroupfs; } >"$log" 2>&1 \
+      || { tail -n 40 "$log" >&2; die "reader patch $k of $n: build or cgroupfs's tests failed"; }
+    grep -h '^test result' "$log" >&2 || true
+    echo "$key" >>"$UP/steps.ok"
+  done
 }
 
 # Upstream's tests in VARIANT's tree, the way its CI runs them:

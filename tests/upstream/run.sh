@@ -8,7 +8,9 @@
 # below main with enable_cgroup_bpf: its iterator must run, its log must say
 # what BPF serves (6.1: why memory.stat is read from the file) and
 # `below dump cgroup` must agree; upstream's own vmtest parity tests
-# (cgroupfs's cgroup_bpf::tests) run in the 7.3 and 7.2 guests. The series must carry below/bpf_stats's
+# (cgroupfs's cgroup_bpf::tests) run in the 7.3 and 7.2 guests; each reader
+# patch before the last builds and passes cgroupfs's tests on its own. The
+# series must carry below/bpf_stats's
 # files unchanged (sync.sh --check). Skips (exit 0) when the tarball is absent.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -47,6 +49,7 @@ vmtest() {
 
 check "the series carries below/bpf_stats's files unchanged" "$REPO_ROOT/tests/upstream/sync.sh" --check
 check "upstream's tests (as its CI runs them)" upstream_tests patched
+check "each reader patch before the last builds and passes cgroupfs's tests" upstream_steps
 check "below's conventions on what the series adds" "$REPO_ROOT/tests/upstream/conventions.sh" patched
 check "7.3 guest: files and enable_cgroup_bpf dumps agree" \
   guest debian-7.3 "cgroup BPF: memory.stat from BPF"

@@ -45,8 +45,8 @@ use super::kernel::NumaLayout;
 use super::layer;
 use super::layer::cputime_adjust;
 use super::load::Pass;
+use super::load::PsiClock;
 use super::psi;
-use super::psi::PsiClock;
 
 /// `PID_MAX_LIMIT + 1` on 64-bit: pids.max prints "max" at or above it.
 pub(crate) const PIDS_MAX: u64 = 4 * 1024 * 1024 + 1;

@@ -38,7 +38,6 @@ use super::kernel::Limits;
 use super::layer;
 use super::layer::MapView;
 use super::layer::Pod;
-use super::psi::PsiClock;
 
 /// The compiled program (build.rs).
 const ELF: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/cgroup_stats.bpf.o"));
@@ -197,6 +196,15 @@ impl Loaded {
         // other slice and any run out while this one is alive.
         unsafe { self.records.slice_mut(n as usize) }
     }
+}
+
+/// The clocks of a pass (FEAT_PSI_CLOCK), for pressure averages.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct PsiClock {
+    /// sched_clock() at the pass, the clock of psi's update times.
+    pub(crate) now: u64,
+    /// The kernel's psi_period, ns (2 s and a jiffy).
+    pub(crate) period: u64,
 }
 
 /// What one pass reports besides the records.

@@ -24,21 +24,13 @@
 //! state is left as it was, as if the file had been read at `now`.
 
 use super::contract::Record;
+use super::load::PsiClock;
 
 /// Fraction bits of an average (FSHIFT) and 1.0 in them (FIXED_1).
 const FSHIFT: u32 = 11;
 const FIXED_1: u64 = 1 << FSHIFT;
 /// EXP_10s, EXP_60s, EXP_300s: 1/exp(2 s/window) in fixed point.
 const EXP: [u64; 3] = [1677, 1981, 2034];
-
-/// The clocks of a pass (FEAT_PSI_CLOCK).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct PsiClock {
-    /// sched_clock() at the pass, the clock of psi's update times.
-    pub(crate) now: u64,
-    /// The kernel's psi_period, ns (2 s and a jiffy).
-    pub(crate) period: u64,
-}
 
 /// calc_load(): a1 = a0 * e + a * (1 - e), rounded up when rising.
 fn calc_load(load: u64, exp: u64, active: u64) -> u64 {
