@@ -87,6 +87,21 @@ fn all_but(p: &Plan, except: &[StatFile], backend: BackendKind) {
     }
 }
 
+/// Streams serve their three files, everything else is plain read, with
+/// `why` among memory.current's reasons.
+fn streams_then_read(p: &Plan, why: &[&str]) {
+    check(
+        p,
+        &[
+            (CpuStat, Stream, &[]),
+            (MemoryStat, Stream, &[]),
+            (IoStat, Stream, &[]),
+        ],
+    );
+    all_but(p, &[CpuStat, MemoryStat, IoStat], Read);
+    check(p, &[(MemoryCurrent, Read, why)]);
+}
+
 #[test]
 fn full_kernel_serves_all_but_io_stat() {
     for streams in [false, true] {
@@ -165,25 +180,12 @@ fn no_memcg_kfuncs_reads_memory_stat_or_streams_it() {
 fn bpf_unavailable_falls_to_streams_then_read() {
     let why = "cannot load the cgroup iterator: Operation not permitted (os error 1)";
     let p = plan(BackendChoice::Auto, Err(why), true);
-    check(
+    streams_then_read(
         &p,
         &[
-            (CpuStat, Stream, &[]),
-            (MemoryStat, Stream, &[]),
-            (IoStat, Stream, &[]),
+            &format!("bpf: {why}"),
+            "stream: the kernel has no memory.current.stream",
         ],
-    );
-    all_but(&p, &[CpuStat, MemoryStat, IoStat], Read);
-    check(
-        &p,
-        &[(
-            MemoryCurrent,
-            Read,
-            &[
-                &format!("bpf: {why}"),
-                "stream: the kernel has no memory.current.stream",
-            ],
-        )],
     );
     let p = plan(BackendChoice::Auto, Err(why), false);
     all_but(&p, &[], Read);
@@ -229,23 +231,7 @@ fn forced_backends() {
     assert!(!p.files.iter().any(|c| c.reason.contains("stream")), "{p}");
     // stream: its three files, the rest plain read, even with BPF there.
     let p = plan(BackendChoice::Stream, Ok(&full()), true);
-    check(
-        &p,
-        &[
-            (CpuStat, Stream, &[]),
-            (MemoryStat, Stream, &[]),
-            (IoStat, Stream, &[]),
-        ],
-    );
-    all_but(&p, &[CpuStat, MemoryStat, IoStat], Read);
-    check(
-        &p,
-        &[(
-            MemoryCurrent,
-            Read,
-            &["stream: the kernel has no memory.current.stream"],
-        )],
-    );
+    streams_then_read(&p, &["stream: the kernel has no memory.current.stream"]);
     let stream_cap = stream(false);
     let e = Plan::choose(BackendChoice::Stream, &Ok(support(&full())), &stream_cap).unwrap_err();
     assert!(
