@@ -14,11 +14,7 @@ shift
 # shellcheck source=tests/vm/guest-lib.sh
 . /guest-lib.sh
 T=$CG/maps-t
-cgroup_top "$T"
-for p in 1 2 3 4 5 6 7 8 9 10; do
-  mkdir "$T/p$p"
-  for c in memory cpu io pids; do grep -qw $c "$T/p$p/cgroup.controllers" && echo "+$c" > "$T/p$p/cgroup.subtree_control"; done
-done
+cgroup_parents "$T" 10
 
 # maps PID: a line "id type name value_bytes memlock_bytes max_entries
 # flags" per map PID holds (its fds' fdinfo; bpftool for the name).

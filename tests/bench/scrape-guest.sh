@@ -12,11 +12,7 @@ NCG=${1:-1000} SAMPLES=${2:-10} INTERVAL=${3:-2}
 . /guest-lib.sh
 lo_up
 T=$CG/scrape-t
-cgroup_top "$T"
-for p in 1 2 3 4 5 6 7 8 9 10; do
-  mkdir "$T/p$p"
-  for c in memory cpu io pids; do grep -qw $c "$T/p$p/cgroup.controllers" && echo "+$c" > "$T/p$p/cgroup.subtree_control"; done
-done
+cgroup_parents "$T" 10
 i=0
 while [ $i -lt $((NCG - 10)) ]; do i=$((i + 1)); mkdir "$T/p$((i % 10 + 1))/c$i"; done
 cpu_ns() { awk '{ print $1 }' "/proc/$1/task/$2/schedstat"; }

@@ -18,6 +18,20 @@ cgroup_top() {
   done
 }
 
+# cgroup_parents DIR N: cgroup_top DIR, and under it p1..pN, each enabling
+# for its own children the controllers it has: a tree's first level.
+cgroup_parents() {
+  cgroup_top "$1"
+  _p=1
+  while [ "$_p" -le "$2" ]; do
+    mkdir "$1/p$_p"
+    for c in memory cpu io pids; do
+      if grep -qw $c "$1/p$_p/cgroup.controllers"; then echo "+$c" > "$1/p$_p/cgroup.subtree_control"; fi
+    done
+    _p=$((_p + 1))
+  done
+}
+
 # backend_of STORE FILE: how the last recording in STORE reads FILE (as
 # `below backends --json` names it, e.g. MemoryStat): bpf, stream or read.
 # Needs /below and jq (the suite adds them).
