@@ -118,16 +118,15 @@ fn fill_over_an_old_sample_is_a_fresh_sample() {
     let d = decoder();
     let mut r = full();
     let mut s = d.sample(&r, FileSet::all(), &mut PrevCputime::new());
+    // Filled over the old sample, it equals a fresh one.
+    let refill = |r: &Record, s: &mut CgroupSample| {
+        let all = FileSet::all();
+        d.fill(r, &full_numa(), all, &mut PrevCputime::new(), s);
+        assert_eq!(*s, d.sample(r, all, &mut PrevCputime::new()));
+    };
     // The same record again: every set is reused, not allocated again.
     let cpus = s.cpuset_cpus.as_ref().unwrap().cpus.clone();
-    d.fill(
-        &r,
-        &full_numa(),
-        FileSet::all(),
-        &mut PrevCputime::new(),
-        &mut s,
-    );
-    assert_eq!(s, d.sample(&r, FileSet::all(), &mut PrevCputime::new()));
+    refill(&r, &mut s);
     assert_eq!(s.cpuset_cpus.as_ref().unwrap().cpus, cpus);
     // Changed sets, and groups the record no longer holds, are not kept.
     r.controllers ^= 1;
@@ -136,14 +135,7 @@ fn fill_over_an_old_sample_is_a_fresh_sample() {
     r.mems ^= 1;
     r.flags &= !(HAS_PSI | HAS_PIDS);
     s.io_stat = Some(Default::default());
-    d.fill(
-        &r,
-        &full_numa(),
-        FileSet::all(),
-        &mut PrevCputime::new(),
-        &mut s,
-    );
-    assert_eq!(s, d.sample(&r, FileSet::all(), &mut PrevCputime::new()));
+    refill(&r, &mut s);
     assert_eq!(s.cgroup_subtree_control, Some(BTreeSet::new()));
     assert!(s.pressure.is_none() && s.tids_current.is_none() && s.io_stat.is_none());
     // Files no longer asked for are cleared; the tree's children are left.
