@@ -14,7 +14,7 @@ use anyhow::bail;
 use anyhow::Context;
 use anyhow::Result;
 use below_config::BelowConfig;
-use bpf_stats::BackendChoice;
+use bstats_collector::BackendChoice;
 use clap::CommandFactory;
 use clap::Parser;
 use clap::Subcommand;
@@ -169,7 +169,7 @@ struct ExtraConfig {
     #[serde(default)]
     metrics: bstats_metrics::Options,
     cgroup_top: Option<usize>,
-    cgroup_top_by: Option<bpf_stats::TopBy>,
+    cgroup_top_by: Option<bstats_collector::TopBy>,
     cgroup_top_keep: Option<String>,
 }
 
@@ -198,7 +198,7 @@ fn load_config(opt: &Opt) -> Result<Config> {
     let cgroup_root = match (&opt.cgroup_root, extra.cgroup_root) {
         (Some(r), _) => r.clone(),
         (None, Some(r)) => r,
-        (None, None) => bpf_stats::find_cgroup2_mount()?,
+        (None, None) => bstats_collector::find_cgroup2_mount()?,
     };
     Ok(Config {
         below,
@@ -264,9 +264,9 @@ fn cgroup_options(
     cfg: &Config,
     collect_io_stat: bool,
     stream_interval: Option<Duration>,
-    top: Option<bpf_stats::TopN>,
-) -> Result<bpf_stats::Options> {
-    bpf_stats::check_cgroup2_root(&cfg.cgroup_root)?;
+    top: Option<bstats_collector::TopN>,
+) -> Result<bstats_collector::Options> {
+    bstats_collector::check_cgroup2_root(&cfg.cgroup_root)?;
     let filter = if cfg.below.cgroup_filter_out.is_empty() {
         None
     } else {
@@ -275,7 +275,7 @@ fn cgroup_options(
                 .context("Invalid cgroup_filter_out in the config file")?,
         )
     };
-    Ok(bpf_stats::Options {
+    Ok(bstats_collector::Options {
         root: cfg.cgroup_root.clone(),
         backend: cfg.backend,
         collect_io_stat,
@@ -317,7 +317,7 @@ fn new_collector(
     cfg: &Config,
     interval: Duration,
     opts: CollectOpts,
-    top: Option<bpf_stats::TopN>,
+    top: Option<bstats_collector::TopN>,
 ) -> Result<(bstats_model::Collector, Option<bstats_exitstats::ExitStats>)> {
     let exit_data = Arc::default();
     let mut c = bstats_model::Collector::new(
@@ -348,7 +348,7 @@ fn new_collector(
 /// Process cgroup paths are relative to the cgroup2 mount (as
 /// /proc/PID/cgroup prints them), not to --cgroup-root.
 fn new_processes(cfg: &Config) -> Result<bstats_procs::Processes> {
-    let mount = bpf_stats::find_cgroup2_mount().unwrap_or_else(|_| cfg.cgroup_root.clone());
+    let mount = bstats_collector::find_cgroup2_mount().unwrap_or_else(|_| cfg.cgroup_root.clone());
     bstats_procs::Processes::new(cfg.process_backend, &mount)
 }
 
@@ -356,7 +356,7 @@ fn new_processes(cfg: &Config) -> Result<bstats_procs::Processes> {
 /// prints: the backends this kernel gives, from now.
 fn backend_record(
     cfg: &Config,
-    plan: &bpf_stats::Plan,
+    plan: &bstats_collector::Plan,
     processes: Option<&bstats_procs::Plan>,
 ) -> bstats_store::BackendRecord {
     bstats_store::BackendRecord {
@@ -379,7 +379,7 @@ fn kernel_release() -> String {
 
 fn backends(cfg: &Config, now: bool, json: bool) -> Result<()> {
     if now {
-        let c = bpf_stats::CgroupCollector::new(&cgroup_options(cfg, true, None, None)?)?;
+        let c = bstats_collector::CgroupCollector::new(&cgroup_options(cfg, true, None, None)?)?;
         let procs = new_processes(cfg)?;
         if json {
             let rec = backend_record(cfg, c.plan(), Some(procs.plan()));

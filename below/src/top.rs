@@ -18,7 +18,7 @@ pub struct TopOpts {
     /// What --cgroup-top ranks by: cpu, memory, io or pressure [default:
     /// cpu]. Config key: cgroup_top_by.
     #[clap(long)]
-    pub cgroup_top_by: Option<bpf_stats::TopBy>,
+    pub cgroup_top_by: Option<bstats_collector::TopBy>,
     /// With --cgroup-top: cgroups whose path (relative to the cgroup root)
     /// matches this regex are always kept. Config key: cgroup_top_keep.
     #[clap(long)]
@@ -26,7 +26,7 @@ pub struct TopOpts {
 }
 
 /// The top-N options: each flag, else its config key.
-pub(crate) fn top_n(cfg: &Config, flags: &TopOpts) -> Result<Option<bpf_stats::TopN>> {
+pub(crate) fn top_n(cfg: &Config, flags: &TopOpts) -> Result<Option<bstats_collector::TopN>> {
     let by = flags.cgroup_top_by.or(cfg.top.cgroup_top_by);
     let keep = flags
         .cgroup_top_keep
@@ -38,7 +38,7 @@ pub(crate) fn top_n(cfg: &Config, flags: &TopOpts) -> Result<Option<bpf_stats::T
         }
         return Ok(None);
     };
-    Ok(Some(bpf_stats::TopN {
+    Ok(Some(bstats_collector::TopN {
         n,
         by: by.unwrap_or_default(),
         keep: keep

@@ -17,7 +17,7 @@ use bstats_testkit::Fixture;
 
 /// A test cgroup with two children under the host's cgroup2 mount.
 fn test_cgroups(tag: &str) -> Fixture {
-    let root = bpf_stats::find_cgroup2_mount().unwrap();
+    let root = bstats_collector::find_cgroup2_mount().unwrap();
     let mut t = Fixture::new(&root, tag, Controllers::All).expect("test cgroups (are you root?)");
     for d in ["web", "db"] {
         t.mkdir(d).unwrap();
@@ -148,14 +148,14 @@ fn record_then_dump_and_replay_show_test_cgroups() {
 fn assert_record_of_this_kernel(rec: &bstats_store::BackendRecord) {
     let uname = nix::sys::utsname::uname().unwrap();
     assert_eq!(rec.kernel, uname.release().to_string_lossy());
-    assert_eq!(rec.plan.files.len(), bpf_stats::StatFile::ALL.len());
+    assert_eq!(rec.plan.files.len(), bstats_collector::StatFile::ALL.len());
     let io = rec
         .plan
         .files
         .iter()
-        .find(|f| f.file == bpf_stats::StatFile::IoStat)
+        .find(|f| f.file == bstats_collector::StatFile::IoStat)
         .unwrap();
-    assert_eq!(io.backend, bpf_stats::BackendKind::Read);
+    assert_eq!(io.backend, bstats_collector::BackendKind::Read);
     let p = rec.processes.as_ref().expect("the process plan");
     assert_ne!(p.backend, bstats_procs::ProcessBackend::Auto);
     assert!(!p.reason.is_empty(), "{p:?}");
@@ -261,7 +261,7 @@ fn no_cgroup2_mount_is_one_clear_error() {
         return;
     }
     // A private mount namespace without the cgroup2 mount.
-    let mount = bpf_stats::find_cgroup2_mount().unwrap();
+    let mount = bstats_collector::find_cgroup2_mount().unwrap();
     let env = Env::new();
     let script = format!(
         "umount -l {} && exec {} record --count 1",

@@ -51,7 +51,7 @@ impl Below09 {
                 "log_dir = {:?}\nstore_dir = {:?}\ncgroup_root = {:?}\n",
                 dir.path().join("log"),
                 store,
-                bpf_stats::find_cgroup2_mount().unwrap()
+                bstats_collector::find_cgroup2_mount().unwrap()
             ),
         )
         .unwrap();

@@ -12,7 +12,7 @@
 #             for both nodes; frozen-tree bpf==read compare
 #   fallback  (debian-6.1) no memcg kfuncs: per-file fallback with the
 #             reason, auto and forced bpf; frozen-tree compare of the rest
-#   facts     (debian-7.3) bpf_stats' unit tests that load the program with
+#   facts     (debian-7.3) the collector's unit tests that load the program with
 #             each kernel fact taken out of a copy of the kernel's BTF, and
 #             the numa_stat layout ones, on a kernel with the memcg kfuncs
 #   parity    (debian-7.3, with a scratch disk) live parity: cgroups changing
@@ -33,7 +33,7 @@ stages=("$@")
   parity parity:debian-7.2 parity:debian-6.12 parity:debian-6.1 psi psi:patched)
 
 host() {
-  (cd "$REPO_ROOT" && cargo test -q --locked -p bpf_stats --test host_fallback -- --nocapture)
+  (cd "$REPO_ROOT" && cargo test -q --locked -p bstats-collector --test host_fallback -- --nocapture)
 }
 
 # guest KERNEL STAGE
@@ -50,7 +50,7 @@ guest() {
 # facts KERNEL: the unit test binary (built here) in a guest.
 facts() {
   local bin
-  bin=$(cd "$REPO_ROOT" && cargo test --release --locked -p bpf_stats --lib --no-run 2>&1 |
+  bin=$(cd "$REPO_ROOT" && cargo test --release --locked -p bstats-collector --lib --no-run 2>&1 |
     sed -n 's/.*Executable unittests src\/lib.rs (\(.*\))$/\1/p') || return 1
   [ -n "$bin" ] || return 1
   case "$bin" in /*) ;; *) bin=$REPO_ROOT/$bin ;; esac

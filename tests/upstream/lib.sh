@@ -31,12 +31,12 @@ HARNESS_VERSION=3
 shared_files() {
   local f
   for f in cgroup_stats.bpf.c cgroup_stats.h contract_gen.rs; do
-    echo "below/bpf_stats/src/bpf/$f below/cgroupfs/src/bpf/$f"
+    echo "below/collector/src/bpf/$f below/cgroupfs/src/bpf/$f"
   done
   for f in contract.rs contract_test.rs decode.rs decode_test.rs kernel.rs load.rs psi.rs psi_test.rs; do
-    echo "below/bpf_stats/src/bpf/$f below/cgroupfs/src/cgroup_bpf/$f"
+    echo "below/collector/src/bpf/$f below/cgroupfs/src/cgroup_bpf/$f"
   done
-  # The BPF layer those use (bpf_stats's `layer`): the module `layer` there.
+  # The BPF layer those use (the collector's `layer`): the module `layer` there.
   echo "below/bpf/src/lib.rs below/cgroupfs/src/cgroup_bpf/layer.rs"
 }
 

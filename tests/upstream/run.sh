@@ -10,7 +10,7 @@
 # `below dump cgroup` must agree; upstream's own vmtest parity tests
 # (cgroupfs's cgroup_bpf::tests) run in the 7.3 and 7.2 guests; each reader
 # patch before the last builds and passes cgroupfs's tests on its own. The
-# series must carry below/bpf_stats's
+# series must carry below/collector's
 # files unchanged (sync.sh --check). Skips (exit 0) when the tarball is absent.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -47,7 +47,7 @@ vmtest() {
               grep -q "^test result: ok\. [1-9][0-9]* passed" /tmp/vmtest.log'
 }
 
-check "the series carries below/bpf_stats's files unchanged" "$REPO_ROOT/tests/upstream/sync.sh" --check
+check "the series carries below/collector's files unchanged" "$REPO_ROOT/tests/upstream/sync.sh" --check
 check "upstream's tests (as its CI runs them)" upstream_tests patched
 check "each reader patch before the last builds and passes cgroupfs's tests" upstream_steps
 check "below's conventions on what the series adds" "$REPO_ROOT/tests/upstream/conventions.sh" patched

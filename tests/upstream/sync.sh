@@ -2,7 +2,7 @@
 # Usage: tests/upstream/sync.sh --check
 #        tests/upstream/sync.sh --copy TREE
 #        tests/upstream/sync.sh --refresh
-# The series carries below/bpf_stats's BPF program, its contract and its
+# The series carries below/collector's BPF program, its contract and its
 # decoding verbatim (shared_files in lib.sh; Rust with `cgroupfs::` read as
 # `crate::` and formatted with upstream's rustfmt.toml, the one rewrite).
 # --check applies the series to the pinned tree and fails when one of those
@@ -33,7 +33,7 @@ case "${1:-}" in
         bad=1
       fi
     done < <(shared_files)
-    [ $bad -eq 0 ] || die "patches/below is out of sync with below/bpf_stats (refresh it: $0 --copy TREE)"
+    [ $bad -eq 0 ] || die "patches/below is out of sync with below/collector (refresh it: $0 --copy TREE)"
     # The Rust the series touches, in upstream's style.
     while read -r f; do
       # shellcheck disable=SC2094 # rustfmt and diff both only read it
@@ -41,7 +41,7 @@ case "${1:-}" in
         | diff -u --label "rustfmt: $f" --label "series: $f" - "$tree/$f" >&2 || bad=1
     done < <(git -C "$tree" diff --name-only --diff-filter=d pristine HEAD -- '*.rs')
     [ $bad -eq 0 ] || die "the series' Rust is not formatted with upstream's rustfmt.toml"
-    log "the series carries below/bpf_stats's files unchanged ($(shared_files | wc -l) files)"
+    log "the series carries below/collector's files unchanged ($(shared_files | wc -l) files)"
     ;;
   --copy)
     tree=${2:?--copy needs the tree}

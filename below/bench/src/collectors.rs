@@ -9,9 +9,9 @@ use std::time::SystemTime;
 
 use anyhow::Context;
 use anyhow::Result;
-use bpf_stats::BackendChoice;
-use bpf_stats::CgroupCollector;
-use bpf_stats::Snapshot;
+use bstats_collector::BackendChoice;
+use bstats_collector::CgroupCollector;
+use bstats_collector::Snapshot;
 use cgroupfs::CgroupReader;
 use model::CgroupSample;
 use serde::Serialize;
@@ -99,7 +99,7 @@ impl Collector {
                 Collector::Baseline(root.to_path_buf())
             }
             Some(backend) => {
-                Collector::Ours(Box::new(CgroupCollector::new(&bpf_stats::Options {
+                Collector::Ours(Box::new(CgroupCollector::new(&bstats_collector::Options {
                     root: root.to_path_buf(),
                     backend,
                     collect_io_stat: false,
@@ -140,7 +140,7 @@ impl Raw {
     pub fn into_tree(self) -> CgroupSample {
         match self {
             Raw::Tree(t) => *t,
-            Raw::Snapshot(s) => bpf_stats::build_tree(s.nodes),
+            Raw::Snapshot(s) => bstats_collector::build_tree(s.nodes),
         }
     }
 

@@ -33,9 +33,9 @@ pub fn record_floor(store_dir: &Path, root: &Path, phases: &Path, compress: bool
     let logger = slog::Logger::root(slog::Discard, slog::o!());
     let mut c = bstats_model::Collector::new(
         logger.clone(),
-        &bpf_stats::Options {
+        &bstats_collector::Options {
             root: root.to_path_buf(),
-            backend: bpf_stats::BackendChoice::Bpf,
+            backend: bstats_collector::BackendChoice::Bpf,
             collect_io_stat: false,
             filter: None,
             stream_interval: None,
@@ -44,7 +44,7 @@ pub fn record_floor(store_dir: &Path, root: &Path, phases: &Path, compress: bool
         model::CollectorOptions::default(),
     )?;
     // The other pass: processes through the task iterator.
-    let mount = bpf_stats::find_cgroup2_mount().unwrap_or_else(|_| root.to_path_buf());
+    let mount = bstats_collector::find_cgroup2_mount().unwrap_or_else(|_| root.to_path_buf());
     let procs = bstats_procs::Processes::new(bstats_procs::ProcessBackend::Bpf, &mount)?;
     c.set_processes(procs);
     let mut tree = c.collect_sample()?.cgroup;

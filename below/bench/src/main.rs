@@ -220,9 +220,9 @@ fn main() -> Result<()> {
     }
     let root = match &args.root {
         Some(r) => r.clone(),
-        None => bpf_stats::find_cgroup2_mount()?,
+        None => bstats_collector::find_cgroup2_mount()?,
     };
-    bpf_stats::check_cgroup2_root(&root)?;
+    bstats_collector::check_cgroup2_root(&root)?;
     let kinds = args
         .collectors
         .iter()

@@ -21,7 +21,7 @@ fn smoke_run_produces_sane_numbers() {
     let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("bench.json");
     let md = dir.path().join("bench.md");
-    let root = bpf_stats::find_cgroup2_mount().expect("a cgroup2 mount");
+    let root = bstats_collector::find_cgroup2_mount().expect("a cgroup2 mount");
     let child = Command::new(env!("CARGO_BIN_EXE_cgroup-bench"))
         .args(["--sizes", "10", "--min-samples", "2", "--max-samples", "3"])
         .args(["--budget-s", "0", "--readers", "1,2", "--cgroups", "10"])

@@ -1,4 +1,4 @@
-//! For the build scripts of our BPF programs (bpf_stats, exitstats, procs,
+//! For the build scripts of our BPF programs (the cgroup collector, exitstats, procs,
 //! the layer's test program): one compiler choice, one flag set and the
 //! headers every program may include: the one vmlinux.h, and
 //! task_usage.h, the usage of a task as the process programs report it.

@@ -3,7 +3,7 @@
 //! below 0.9's `model::Collector` has no seam for another cgroup reader: the
 //! non-cgroup parts of the sample (procfs, system, network) come from
 //! below's own readers, assembled in [`rest`], and the cgroup tree is the
-//! one built from our [`bpf_stats::Snapshot`].
+//! one built from our [`bstats_collector::Snapshot`].
 
 mod rest;
 
@@ -12,9 +12,9 @@ use std::time::Instant;
 use std::time::SystemTime;
 
 use anyhow::Result;
-use bpf_stats::CgroupCollector;
-use bpf_stats::Snapshot;
-use bpf_stats::Tree;
+use bstats_collector::CgroupCollector;
+use bstats_collector::Snapshot;
+use bstats_collector::Tree;
 use model::Model;
 use model::Sample;
 use serde::Deserialize;
@@ -205,7 +205,7 @@ impl Collector {
     /// `below_opts`' cgroup options are not used: `cgroup_opts` has ours.
     pub fn new(
         logger: slog::Logger,
-        cgroup_opts: &bpf_stats::Options,
+        cgroup_opts: &bstats_collector::Options,
         below_opts: model::CollectorOptions,
     ) -> Result<Self> {
         let cgroups = CgroupCollector::new(cgroup_opts)?;

@@ -224,7 +224,7 @@ mod test {
     fn matches_below_collector() {
         let mut ours = Rest::new(logger(), model::CollectorOptions::default());
         let a = ours.collect().unwrap();
-        let Ok(cgroup_root) = bpf_stats::find_cgroup2_mount() else {
+        let Ok(cgroup_root) = bstats_collector::find_cgroup2_mount() else {
             println!("skipped: below's collector needs a cgroup2 mount");
             return;
         };
@@ -272,7 +272,7 @@ mod test {
             let opts = model::CollectorOptions::default();
             let exits = Arc::clone(&opts.exit_data);
             let mut ours = Rest::new(logger(), opts);
-            let mount = bpf_stats::find_cgroup2_mount().unwrap_or_default();
+            let mount = bstats_collector::find_cgroup2_mount().unwrap_or_default();
             ours.set_processes(bstats_procs::Processes::new(backend, &mount).unwrap());
             let gone = i32::MAX;
             let mut info = procfs::PidInfo::default();

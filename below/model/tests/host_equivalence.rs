@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use bpf_stats::BackendChoice;
+use bstats_collector::BackendChoice;
 use bstats_testkit::Controllers;
 use bstats_testkit::Fixture;
 use bstats_testkit::Work;
@@ -12,7 +12,7 @@ use model::CgroupSample;
 
 /// Test cgroups with idle processes in three of the leaves.
 fn tree() -> Fixture {
-    let root = bpf_stats::find_cgroup2_mount().expect("cgroup2 mount");
+    let root = bstats_collector::find_cgroup2_mount().expect("cgroup2 mount");
     let mut t = Fixture::new(&root, "eq", Controllers::All).expect("test cgroups (are you root?)");
     for d in ["a", "a/x", "a/y", "a/y/deep", "b", "c"] {
         t.mkdir(d).unwrap();
@@ -42,7 +42,7 @@ fn without_pressure_avgs(s: &mut CgroupSample) {
 }
 
 fn ours(root: &Path) -> CgroupSample {
-    let mut c = bpf_stats::CgroupCollector::new(&bpf_stats::Options {
+    let mut c = bstats_collector::CgroupCollector::new(&bstats_collector::Options {
         root: root.to_path_buf(),
         backend: BackendChoice::Read,
         collect_io_stat: true,
@@ -53,7 +53,7 @@ fn ours(root: &Path) -> CgroupSample {
     .unwrap();
     let snap = c.collect();
     assert!(snap.errors.is_empty(), "{:?}", snap.errors);
-    let mut t = bpf_stats::build_tree(snap.nodes);
+    let mut t = bstats_collector::build_tree(snap.nodes);
     without_pressure_avgs(&mut t);
     t
 }

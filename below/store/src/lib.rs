@@ -21,7 +21,7 @@ use anyhow::anyhow;
 use anyhow::bail;
 use anyhow::Context;
 use anyhow::Result;
-use bpf_stats::Plan;
+use bstats_collector::Plan;
 use serde::Deserialize;
 use serde::Serialize;
 use slog::warn;
@@ -285,7 +285,7 @@ pub fn read_backend_records(dir: &Path) -> Result<Vec<BackendRecord>> {
 
 #[cfg(test)]
 mod test {
-    use bpf_stats::BackendChoice;
+    use bstats_collector::BackendChoice;
 
     fn frame(sample: model::Sample) -> DataFrame {
         DataFrame { sample }

@@ -350,7 +350,7 @@ mod test {
             println!("skipped: no CAP_SYS_RESOURCE (workers set their command lines)");
             return;
         }
-        let root = bpf_stats::find_cgroup2_mount().unwrap();
+        let root = bstats_collector::find_cgroup2_mount().unwrap();
         let mut fx = Fixture::create(&root, 10, 0, 0).unwrap();
         fx.populate(8).unwrap();
         assert_eq!(fx.workers.len(), 8);

@@ -12,8 +12,8 @@ use std::time::Instant;
 
 use anyhow::bail;
 use anyhow::Result;
-use bpf_stats::BackendChoice;
-use bpf_stats::CgroupCollector;
+use bstats_collector::BackendChoice;
+use bstats_collector::CgroupCollector;
 use bstats_testkit::Controllers;
 use bstats_testkit::Fixture;
 

@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use anyhow::bail;
 use anyhow::Result;
-use bpf_stats::BackendChoice;
-use bpf_stats::CgroupCollector;
+use bstats_collector::BackendChoice;
+use bstats_collector::CgroupCollector;
 use bstats_testkit::Controllers;
 use bstats_testkit::Cpu;
 use bstats_testkit::Fixture;

@@ -18,10 +18,10 @@ use std::time::Duration;
 
 use anyhow::bail;
 use anyhow::Result;
-use bpf_stats::BackendChoice;
-use bpf_stats::BackendKind;
-use bpf_stats::CgroupCollector;
-use bpf_stats::Options;
+use bstats_collector::BackendChoice;
+use bstats_collector::BackendKind;
+use bstats_collector::CgroupCollector;
+use bstats_collector::Options;
 use clap::Parser;
 use clap::Subcommand;
 
@@ -164,7 +164,7 @@ fn main() -> Result<()> {
 }
 
 fn cgroup_root() -> Result<PathBuf> {
-    bpf_stats::find_cgroup2_mount()
+    bstats_collector::find_cgroup2_mount()
 }
 
 fn options(root: &Path, backend: BackendChoice) -> Options {

@@ -3,12 +3,12 @@
 
 use std::collections::BTreeMap;
 
-use bpf_stats::BackendChoice;
-use bpf_stats::BackendKind;
-use bpf_stats::CgroupCollector;
-use bpf_stats::FileSet;
-use bpf_stats::Snapshot;
-use bpf_stats::StatFile;
+use bstats_collector::BackendChoice;
+use bstats_collector::BackendKind;
+use bstats_collector::CgroupCollector;
+use bstats_collector::FileSet;
+use bstats_collector::Snapshot;
+use bstats_collector::StatFile;
 
 pub fn by_path(s: &Snapshot) -> BTreeMap<String, &model::CgroupSample> {
     (0..s.nodes.len())

@@ -4,17 +4,17 @@
 //! Skipped (with a message) when not root or when the kernel has the
 //! kfuncs; the VM script runs the same check in a 6.1 guest.
 
-use bpf_stats::BackendChoice;
-use bpf_stats::BackendKind;
-use bpf_stats::CgroupCollector;
-use bpf_stats::Options;
-use bpf_stats::StatFile;
+use bstats_collector::BackendChoice;
+use bstats_collector::BackendKind;
+use bstats_collector::CgroupCollector;
+use bstats_collector::Options;
+use bstats_collector::StatFile;
 
 fn options(backend: BackendChoice) -> Option<Options> {
     if bstats_testkit::skip_unless_root("loads BPF") {
         return None;
     }
-    let Ok(root) = bpf_stats::find_cgroup2_mount() else {
+    let Ok(root) = bstats_collector::find_cgroup2_mount() else {
         println!("skipped: no cgroup2 mount");
         return None;
     };
