@@ -488,7 +488,7 @@ fn run(opt: Opt) -> Result<()> {
                 Ok(move || {
                     // Keeps exitstats running as long as the view samples.
                     let _running = &exits;
-                    c.collect_and_update_model().map(|(_, m)| m)
+                    c.collect_and_update_model()
                 })
             })
         }

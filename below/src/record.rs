@@ -131,7 +131,11 @@ pub fn record(logger: &slog::Logger, cfg: &Config, opts: RecordOpts) -> Result<(
         );
     }
     let top = crate::top::top_n(cfg, &opts.top)?;
-    if top.as_ref().is_some_and(|t| t.by == bstats_collector::TopBy::Io) && !opts.collect_io_stat {
+    if top
+        .as_ref()
+        .is_some_and(|t| t.by == bstats_collector::TopBy::Io)
+        && !opts.collect_io_stat
+    {
         bail!("--cgroup-top-by io ranks by io.stat: it needs --collect-io-stat");
     }
     // Probe and plan before touching the store: a forced backend the kernel

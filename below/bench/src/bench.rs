@@ -141,7 +141,7 @@ fn one_sample(
     l.cgroups = raw.cgroups();
     let [_, c_tree, c_model, c_store] = &mut l.cpu;
     let [_, w_tree, w_model, w_store] = &mut l.wall;
-    let tree = lap(c_tree, w_tree, || raw.into_tree());
+    let tree = lap(c_tree, w_tree, || c.tree(raw));
     let sample = lap(c_model, w_model, || down.model(tree));
     lap(c_store, w_store, || down.store(sample))?;
     l.alloc_total.push((alloc::thread_allocated() - a0) as f64);
@@ -171,7 +171,7 @@ pub fn collect_cell(kind: Kind, target: &Target, budget: Budget) -> Result<Colle
     // Warm-up, untimed: counts opens, gives the model a previous sample,
     // and takes the first-open costs out of the timed samples.
     let (raw, opens, opens_source) = read_counting_opens(&mut c)?;
-    let sample = down.model(raw.into_tree());
+    let sample = down.model(c.tree(raw));
     down.store(sample)?;
     let heap0 = alloc::reset_peak();
     let mut l = Laps::default();

@@ -11,7 +11,6 @@ use anyhow::Context;
 use anyhow::Result;
 use bstats_collector::BackendChoice;
 use bstats_collector::CgroupCollector;
-use bstats_collector::Snapshot;
 use cgroupfs::CgroupReader;
 use model::CgroupSample;
 use serde::Serialize;
@@ -80,10 +79,11 @@ pub enum Collector {
 }
 
 /// What the kernel-read phase gives: below's walk builds the tree as it
-/// goes; ours gives a flat snapshot.
+/// goes; ours fills its table (the tree comes from it in the next phase).
 pub enum Raw {
     Tree(Box<CgroupSample>),
-    Snapshot(Snapshot),
+    /// This many cgroups in our collector's table.
+    Table(usize),
 }
 
 impl Collector {
@@ -98,16 +98,16 @@ impl Collector {
                     .with_context(|| format!("{} is not a cgroup2 root", root.display()))?;
                 Collector::Baseline(root.to_path_buf())
             }
-            Some(backend) => {
-                Collector::Ours(Box::new(CgroupCollector::new(&bstats_collector::Options {
+            Some(backend) => Collector::Ours(Box::new(CgroupCollector::new(
+                &bstats_collector::Options {
                     root: root.to_path_buf(),
                     backend,
                     collect_io_stat: false,
                     filter: None,
                     stream_interval: Some(target.stream_interval),
                     top: None,
-                })?))
-            }
+                },
+            )?)),
         })
     }
 
@@ -120,7 +120,10 @@ impl Collector {
                     below09_walk(&reader)?.unwrap_or_default(),
                 )))
             }
-            Collector::Ours(c) => Ok(Raw::Snapshot(c.collect())),
+            Collector::Ours(c) => {
+                c.sample();
+                Ok(Raw::Table(c.cgroups()))
+            }
         }
     }
 
@@ -134,16 +137,20 @@ impl Collector {
             }
         }
     }
+
+    /// below's tree of what [`Collector::read`] gave. Ours is not given
+    /// back (the model keeps it as the previous sample): a new tree each
+    /// sample, as below builds one.
+    pub fn tree(&mut self, raw: Raw) -> CgroupSample {
+        match (raw, self) {
+            (Raw::Tree(t), _) => *t,
+            (Raw::Table(_), Collector::Ours(c)) => c.take_tree(),
+            (Raw::Table(_), Collector::Baseline(_)) => unreachable!("only ours fills a table"),
+        }
+    }
 }
 
 impl Raw {
-    pub fn into_tree(self) -> CgroupSample {
-        match self {
-            Raw::Tree(t) => *t,
-            Raw::Snapshot(s) => bstats_collector::build_tree(s.nodes),
-        }
-    }
-
     pub fn cgroups(&self) -> usize {
         fn count(s: &CgroupSample) -> usize {
             1 + s
@@ -153,7 +160,7 @@ impl Raw {
         }
         match self {
             Raw::Tree(t) => count(t),
-            Raw::Snapshot(s) => s.nodes.len(),
+            Raw::Table(n) => *n,
         }
     }
 }

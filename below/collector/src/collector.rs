@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Result;
+use model::CgroupSample;
 use regex::Regex;
 
 use crate::bpf::BpfBackend;
@@ -15,6 +16,7 @@ use crate::read::Walker;
 use crate::stream::Stale;
 use crate::stream::StreamRead;
 use crate::stream::Streams;
+use crate::table::Table;
 use crate::top::Ranker;
 use crate::BackendChoice;
 use crate::BackendKind;
@@ -24,7 +26,6 @@ use crate::Plan;
 use crate::Snapshot;
 use crate::StatFile;
 use crate::TopN;
-use crate::Tree;
 
 #[derive(Clone, Debug)]
 pub struct Options {
@@ -50,13 +51,15 @@ pub struct CgroupCollector {
     /// Present when the plan gives it at least one file.
     bpf: Option<BpfBackend>,
     ranker: Option<Ranker>,
+    /// Every cgroup, kept between samples.
+    table: Table,
     /// Whether the last sample ran the BPF pass.
     passed: bool,
 }
 
 impl CgroupCollector {
     pub fn new(opts: &Options) -> Result<Self> {
-        let walker = Walker::new(&opts.root, opts.filter.clone())?;
+        let walker = Walker::new(&opts.root)?;
         let mut want = FileSet::all();
         if !opts.collect_io_stat {
             want.remove(StatFile::IoStat);
@@ -71,7 +74,7 @@ impl CgroupCollector {
             .map_err(Clone::clone);
         let probe = match opts.backend {
             BackendChoice::Read | BackendChoice::Stream => None,
-            _ => Some(crate::bpf::probe(walker.root_fd(), opts.filter.clone())),
+            _ => Some(crate::bpf::probe(walker.root_fd())),
         };
         let bpf_cap = match &probe {
             Some(p) => p.capability.clone(),
@@ -96,6 +99,10 @@ impl CgroupCollector {
             streams: streams.ok().filter(|_| uses_streams),
             bpf,
             ranker: opts.top.clone().map(Ranker::new),
+            table: Table::new(
+                opts.filter.clone(),
+                opts.top.as_ref().and_then(|t| t.keep.clone()),
+            ),
             passed: false,
         })
     }
@@ -109,24 +116,17 @@ impl CgroupCollector {
         self.want
     }
 
+    /// One sample as a flat pre-order list (tests, measurements).
     pub fn collect(&mut self) -> Snapshot {
-        self.collect_with(None).0
-    }
-
-    /// One sample into `tree` (kept between samples: see [`Tree`]); the
-    /// snapshot returned has its errors, notes and count of cgroups left
-    /// out, no nodes.
-    pub fn collect_into(&mut self, tree: &mut Tree) -> Snapshot {
-        let (mut snap, in_tree) = self.collect_with(Some(tree));
-        if !in_tree {
-            tree.set(std::mem::take(&mut snap.nodes));
-        }
+        let mut snap = self.sample();
+        snap.nodes = self.table.take_nodes();
         snap
     }
 
-    /// A sample, and whether it went straight into `tree` (the BPF backend
-    /// decoding into a tree of the same cgroups) instead of the snapshot.
-    fn collect_with(&mut self, tree: Option<&mut Tree>) -> (Snapshot, bool) {
+    /// One sample into the collector's table; the snapshot returned has
+    /// its errors, notes and count of cgroups left out, no nodes: below's
+    /// tree of it is [`CgroupCollector::take_tree`].
+    pub fn sample(&mut self) -> Snapshot {
         let mut read = self
             .plan
             .files_of(BackendKind::Read)
@@ -135,13 +135,13 @@ impl CgroupCollector {
             .plan
             .files_of(BackendKind::Stream)
             .intersection(self.want);
-        let mut notes = Vec::new();
+        let mut snap = Snapshot::default();
         let mut streams = None;
         if let Some(st) = self.streams.as_mut() {
             match st.wait() {
                 Ok(()) => streams = Some(st),
                 Err(why) => {
-                    notes.push(format!(
+                    snap.notes.push(format!(
                         "stream backend: {}; plain read of {:?} this sample",
                         why, stream_files
                     ));
@@ -149,50 +149,77 @@ impl CgroupCollector {
                 }
             }
         }
-        let mut rank = self.ranker.is_some();
-        let mut in_tree = false;
+        // Where the ranked value is read before the other files: a RANK
+        // pass over the records, or plain read's two-phase walk. Else the
+        // table is ranked once every file is in.
+        let by = self.ranker.as_ref().map(|r| r.top.by);
+        let table = &mut self.table;
+        let errors = &mut snap.errors;
         self.passed = false;
-        let mut snap = match &mut self.bpf {
+        let ranked = match &mut self.bpf {
             Some(bpf) => {
                 let files = self.plan.files_of(BackendKind::Bpf).intersection(self.want);
-                // Streams fill the snapshot's nodes after the pass.
-                let tree = tree.filter(|_| streams.is_none());
-                match bpf.collect(&mut self.walker, files, read, self.ranker.as_mut(), tree) {
-                    Ok((snap, still_rank, went_in)) => {
-                        rank = still_rank;
-                        in_tree = went_in;
+                // Streams fill every cgroup: they rank afterwards.
+                let top = self
+                    .ranker
+                    .as_mut()
+                    .filter(|_| streams.is_none() && by.is_some_and(BpfBackend::ranks));
+                let ranks = top.is_some();
+                match bpf.collect(table, &mut self.walker, files, read, top, errors) {
+                    Ok(()) => {
                         self.passed = true;
-                        snap
+                        ranks
                     }
                     Err(e) => {
-                        notes.push(format!(
+                        snap.notes.push(format!(
                             "bpf backend: {:#}; plain read of {:?} this sample",
                             e, files
                         ));
-                        self.walker.walk(read.union(files))
+                        self.walker.walk(table, read.union(files), errors);
+                        false
                     }
                 }
             }
             None => match self.ranker.as_mut() {
-                // Streams fill every walked cgroup: they prune afterwards.
                 Some(ranker) if streams.is_none() => {
-                    rank = false;
-                    crate::top::walk(&mut self.walker, ranker, read)
+                    crate::top::walk(&mut self.walker, ranker, table, read, errors);
+                    true
                 }
-                _ => self.walker.walk(read),
+                _ => {
+                    self.walker.walk(table, read, errors);
+                    false
+                }
             },
         };
         if let Some(st) = streams {
-            read_streams(st, &mut self.walker, stream_files, &mut snap, &mut notes);
+            read_streams(st, &mut self.walker, stream_files, table, &mut snap);
             st.end_sample();
         }
-        if let Some(ranker) = self.ranker.as_mut().filter(|_| rank) {
-            // Plain read and streams read every cgroup's files (the ranked
-            // value is among them); only the kept ones are stored.
-            crate::top::prune(ranker, &mut snap);
+        if let Some(ranker) = self.ranker.as_mut().filter(|_| !ranked) {
+            // Every cgroup's files are in (the ranked value among them);
+            // only the kept ones are stored.
+            crate::top::choose_by_samples(ranker, table);
         }
-        snap.notes.extend(notes);
-        (snap, in_tree)
+        snap.dropped = table.dropped();
+        snap
+    }
+
+    /// below's tree of the last sample: the table's tree, updated in place
+    /// when it holds the same cgroups and was given back. It is out until
+    /// [`CgroupCollector::give_back`] (else the next sample builds a new
+    /// one).
+    pub fn take_tree(&mut self) -> CgroupSample {
+        self.table.take_tree()
+    }
+
+    /// Gives back what [`CgroupCollector::take_tree`] returned.
+    pub fn give_back(&mut self, tree: CgroupSample) {
+        self.table.give_back(tree)
+    }
+
+    /// Cgroups in the last sample (after top-N).
+    pub fn cgroups(&self) -> usize {
+        self.table.len()
     }
 
     /// Runs only the BPF iterator pass (no tree build), for measuring the
@@ -223,24 +250,23 @@ impl CgroupCollector {
     }
 }
 
-/// Fills `files` of every cgroup of `snap` from its stream files; a file
-/// without a fresh record is read as plain text instead.
+/// Fills `files` of every cgroup of the table from its stream files; a
+/// file without a fresh record is read as plain text instead.
 fn read_streams(
     st: &mut Streams,
     walker: &mut Walker,
     files: FileSet,
+    table: &mut Table,
     snap: &mut Snapshot,
-    notes: &mut Vec<String>,
 ) {
     let mut stale = 0;
-    for idx in 0..snap.nodes.len() {
-        let ino = snap.nodes[idx].sample.inode_number.unwrap_or(-1);
+    for pos in 0..table.len() {
+        let ino = table.id(pos) as i64;
         for file in files.iter() {
-            let nodes = &snap.nodes;
-            let path = || Snapshot::path_in(nodes, idx);
-            let error = match st.read(ino, path, file) {
+            let path = table.row(pos).path.clone();
+            let error = match st.read(ino, || path.clone(), file) {
                 Ok(StreamRead::Text(text)) => {
-                    let s = &mut snap.nodes[idx].sample;
+                    let s = table.sample_mut(pos);
                     match apply(file, text, s, &mut PressureParts::default()) {
                         Ok(()) => continue,
                         Err(e) => e.to_string(),
@@ -249,23 +275,21 @@ fn read_streams(
                 Ok(StreamRead::Absent) => continue,
                 Err(Stale::NoRecord) => {
                     stale += 1;
-                    let path = snap.path_of(idx);
                     let only = [file].into_iter().collect();
-                    let sample = &mut snap.nodes[idx].sample;
-                    walker.read_at(&path, only, sample, &mut snap.errors);
+                    walker.read_at(&path, only, table.sample_mut(pos), &mut snap.errors);
                     continue;
                 }
                 Err(Stale::Io(e)) => e.to_string(),
             };
             snap.errors.push(FileError {
-                cgroup: snap.path_of(idx),
+                cgroup: path,
                 file,
                 error,
             });
         }
     }
     if stale > 0 {
-        notes.push(format!(
+        snap.notes.push(format!(
             "stream backend: {} stream files had no new record; read as plain text",
             stale
         ));

@@ -2,21 +2,22 @@
 //! allows it: a BPF cgroup iterator, kernel-flushed stream files, or plain
 //! reads of the cgroupfs text files, chosen per file.
 //!
-//! How a sample flows:
+//! How a sample flows, through one table of every cgroup kept by id
+//! between samples (`table`):
 //! 1. At start, [`CgroupCollector::new`] probes BPF (`bpf::probe`: load
 //!    the program, one trial pass, the kernel's facts) and streams, and
 //!    [`Plan::choose`] gives each [`StatFile`] a backend, with the reason.
-//! 2. Each sample ([`CgroupCollector::collect_into`]): streams wait for
-//!    the kernel's next flush; the BPF backend runs its passes
-//!    (`bpf::protocol`: FULL, or RANK then WANTED under top-N), indexes
-//!    the records into the visible tree and decodes each kept cgroup
-//!    (`bpf::decode`), reading as text only the files the plan gives to
-//!    plain read (`read::Walker`); without BPF the walker walks the tree.
-//! 3. Streams then fill their files; plain read and streams rank after
-//!    reading (`top::prune`); a failed pass reads that sample as text.
-//! 4. The result is a [`Tree`] of below's `CgroupSample`s (updated in
-//!    place when its shape did not change) and a [`Snapshot`] of errors
-//!    and notes.
+//! 2. Each sample ([`CgroupCollector::sample`]) indexes the tree into the
+//!    table: from the iterator's records (`bpf::protocol` runs a FULL
+//!    pass, or RANK then WANTED under top-N), or from readdir
+//!    (`read::Walker`) without BPF.
+//! 3. Top-N keeps some rows (`top::choose`, one selection for every
+//!    backend: over the records, or over the samples once read).
+//! 4. Backends fill the kept rows' samples: BPF decodes records
+//!    (`bpf::decode`), plain read and streams read the files the plan
+//!    gives them; a failed pass reads that sample as text.
+//! 5. [`CgroupCollector::take_tree`] gives below's nested tree, updated in
+//!    place while the kept cgroups are the same ones.
 
 mod bpf;
 mod collector;
@@ -29,8 +30,8 @@ mod plan;
 mod read;
 mod snapshot;
 mod stream;
+mod table;
 mod top;
-mod tree;
 
 use cgroupfs::CpuPressure;
 use cgroupfs::IoPressure;
@@ -56,8 +57,6 @@ pub use crate::snapshot::Node;
 pub use crate::snapshot::Snapshot;
 pub use crate::top::TopBy;
 pub use crate::top::TopN;
-pub use crate::tree::build_tree;
-pub use crate::tree::Tree;
 
 pub(crate) type PressureLines = (PressureMetrics, Option<PressureMetrics>);
 

@@ -16,14 +16,13 @@ use anyhow::Result;
 use model::CgroupSample;
 use nix::errno::Errno;
 use nix::fcntl::OFlag;
-use regex::Regex;
 
 use crate::fd::open_at;
 use crate::fd::read_to_end;
 use crate::parse;
+use crate::table::Table;
 use crate::FileError;
 use crate::FileSet;
-use crate::Node;
 use crate::PressureLines;
 use crate::Snapshot;
 use crate::StatFile;
@@ -253,28 +252,24 @@ fn exists_at(dir: BorrowedFd, name: &CStr) -> bool {
 /// The plain-read walk: readdir from the root, read each cgroup's files.
 pub struct Walker {
     root_fd: OwnedFd,
-    pub reader: PlainReader,
-    /// Children whose path relative to the root matches are skipped with
-    /// their subtree (below's `cgroup_filter_out`).
-    filter: Option<Regex>,
+    pub(crate) reader: PlainReader,
 }
 
 impl Walker {
-    pub fn new(root: &Path, filter: Option<Regex>) -> Result<Self> {
+    pub fn new(root: &Path) -> Result<Self> {
         Ok(Walker {
             root_fd: open_root(root)?,
             reader: PlainReader::default(),
-            filter,
         })
     }
 
-    pub fn root_fd(&self) -> BorrowedFd<'_> {
+    pub(crate) fn root_fd(&self) -> BorrowedFd<'_> {
         self.root_fd.as_fd()
     }
 
     /// Reads `files` of the cgroup at `path` (relative to the root) without
     /// walking: for files a faster backend could not serve this time.
-    pub fn read_at(
+    pub(crate) fn read_at(
         &mut self,
         path: &str,
         files: FileSet,
@@ -300,57 +295,71 @@ impl Walker {
         self.reader.read_cgroup(dir, path, files, s, errors);
     }
 
-    /// Walks the whole tree, reading `files` of every cgroup.
-    pub fn walk(&mut self, files: FileSet) -> Snapshot {
+    /// `files` of every cgroup as plain text, as a flat list: the files as
+    /// they read now, for checking what a backend gave.
+    pub fn read_all(&mut self, files: FileSet) -> Snapshot {
+        let mut table = Table::default();
+        let mut snap = Snapshot::default();
+        self.walk(&mut table, files, &mut snap.errors);
+        snap.nodes = table.take_nodes();
+        snap
+    }
+
+    /// Indexes the whole tree into `table`, reading `files` of every
+    /// cgroup.
+    pub(crate) fn walk(&mut self, table: &mut Table, files: FileSet, errors: &mut Vec<FileError>) {
+        table.begin();
         let mut w = Walk {
             reader: &mut self.reader,
-            filter: self.filter.as_ref(),
             files,
             path: String::new(),
-            snap: Snapshot::default(),
+            table,
+            errors,
         };
         w.visit(self.root_fd.as_fd(), None, String::new());
-        w.snap
+        table.end();
     }
 }
 
 /// One walk's state.
 struct Walk<'a> {
     reader: &'a mut PlainReader,
-    filter: Option<&'a Regex>,
     files: FileSet,
     /// Path of the cgroup being visited, relative to the root.
     path: String,
-    snap: Snapshot,
+    table: &'a mut Table,
+    errors: &'a mut Vec<FileError>,
 }
 
 impl Walk<'_> {
     fn visit(&mut self, dir: BorrowedFd, parent: Option<usize>, name: String) {
-        let snap = &mut self.snap;
-        let idx = snap.nodes.len();
-        let n_errors = snap.errors.len();
-        let mut sample = CgroupSample {
-            inode_number: inode_of(dir),
+        let inode = inode_of(dir);
+        // Without an inode (fstat failed) the cgroup is new to the table.
+        let id = inode.map_or(u64::MAX - self.table.len() as u64, |i| i as u64);
+        // Filtered out (with its subtree).
+        let Some(pos) = self.table.visit(id, parent, || name) else {
+            return;
+        };
+        let n_errors = self.errors.len();
+        let sample = self.table.sample_mut(pos);
+        *sample = CgroupSample {
+            inode_number: inode,
             ..Default::default()
         };
         if self
             .reader
-            .read_cgroup(dir, &self.path, self.files, &mut sample, &mut snap.errors)
+            .read_cgroup(dir, &self.path, self.files, sample, self.errors)
             == Liveness::Gone
         {
-            snap.errors.truncate(n_errors);
+            self.errors.truncate(n_errors);
+            self.table.truncate(pos);
             return;
         }
-        snap.nodes.push(Node {
-            parent,
-            name,
-            sample,
-        });
         let Ok(children) = subdirs(dir) else {
             // Removed between reading its files and listing it: drop it.
             if parent.is_some() {
-                snap.nodes.truncate(idx);
-                snap.errors.truncate(n_errors);
+                self.table.truncate(pos);
+                self.errors.truncate(n_errors);
             }
             return;
         };
@@ -360,14 +369,11 @@ impl Walk<'_> {
                 self.path.push('/');
             }
             self.path.push_str(child.to_str().unwrap_or_default());
-            let skip = self.filter.is_some_and(|re| re.is_match(&self.path));
-            if !skip {
-                // ENOENT: removed since readdir.
-                if let Ok(fd) = open_dir_at(Some(dir), &child) {
-                    self.reader.counters.dirs_opened += 1;
-                    let name = child.to_string_lossy().into_owned();
-                    self.visit(fd.as_fd(), Some(idx), name);
-                }
+            // ENOENT: removed since readdir.
+            if let Ok(fd) = open_dir_at(Some(dir), &child) {
+                self.reader.counters.dirs_opened += 1;
+                let name = child.to_string_lossy().into_owned();
+                self.visit(fd.as_fd(), Some(pos), name);
             }
             self.path.truncate(base_len);
         }

@@ -2,6 +2,20 @@ use std::fs;
 use std::path::Path;
 
 use super::*;
+use regex::Regex;
+
+use crate::Snapshot;
+
+/// One walk of `root` into a new table, as a flat list.
+fn walk(root: &Path, filter: Option<Regex>, files: FileSet) -> Snapshot {
+    let mut table = Table::new(filter, None);
+    let mut snap = Snapshot::default();
+    Walker::new(root)
+        .unwrap()
+        .walk(&mut table, files, &mut snap.errors);
+    snap.nodes = table.take_nodes();
+    snap
+}
 
 /// Makes a fake cgroup directory with the given files (tempdir fixture).
 fn cgroup(dir: &Path, files: &[(&str, &str)]) {
@@ -59,7 +73,7 @@ fn all_but_io() -> FileSet {
 #[test]
 fn walks_tree_in_preorder_with_parents() {
     let t = fixture();
-    let snap = Walker::new(t.path(), None).unwrap().walk(all_but_io());
+    let snap = walk(t.path(), None, all_but_io());
     let paths: Vec<String> = (0..snap.nodes.len()).map(|i| snap.path_of(i)).collect();
     let mut sorted = paths.clone();
     sorted.sort();
@@ -79,7 +93,7 @@ fn walks_tree_in_preorder_with_parents() {
 #[test]
 fn reads_fields_and_max() {
     let t = fixture();
-    let snap = Walker::new(t.path(), None).unwrap().walk(all_but_io());
+    let snap = walk(t.path(), None, all_but_io());
     let a = &snap.nodes.iter().find(|n| n.name == "a").unwrap().sample;
     assert_eq!(a.memory_current, Some(8192));
     assert_eq!(a.memory_max, Some(-1));
@@ -95,7 +109,7 @@ fn reads_fields_and_max() {
 #[test]
 fn io_stat_only_when_asked() {
     let t = fixture();
-    let snap = Walker::new(t.path(), None).unwrap().walk(FileSet::all());
+    let snap = walk(t.path(), None, FileSet::all());
     let a = &snap.nodes.iter().find(|n| n.name == "a").unwrap().sample;
     assert_eq!(a.io_stat.as_ref().unwrap()["8:0"].wbytes, Some(2));
 }
@@ -103,7 +117,7 @@ fn io_stat_only_when_asked() {
 #[test]
 fn malformed_file_fails_that_file_only() {
     let t = fixture();
-    let snap = Walker::new(t.path(), None).unwrap().walk(all_but_io());
+    let snap = walk(t.path(), None, all_but_io());
     let b = &snap.nodes.iter().find(|n| n.name == "b").unwrap().sample;
     assert_eq!(b.memory_stat, None);
     assert_eq!(b.memory_current, Some(4096));
@@ -121,7 +135,7 @@ fn partial_pressure_gives_no_pressure() {
         "some avg10=0.00 avg60=0.00 avg300=0.00 total=0\n",
     )
     .unwrap();
-    let snap = Walker::new(t.path(), None).unwrap().walk(all_but_io());
+    let snap = walk(t.path(), None, all_but_io());
     let a = &snap.nodes.iter().find(|n| n.name == "a").unwrap().sample;
     assert_eq!(a.pressure, None);
     assert_eq!(snap.errors[0].file, StatFile::IoPressure);
@@ -131,7 +145,7 @@ fn partial_pressure_gives_no_pressure() {
 fn filter_skips_subtrees() {
     let t = fixture();
     let re = Regex::new("^a$").unwrap();
-    let snap = Walker::new(t.path(), Some(re)).unwrap().walk(all_but_io());
+    let snap = walk(t.path(), Some(re), all_but_io());
     let names: Vec<&str> = snap.nodes.iter().map(|n| n.name.as_str()).collect();
     assert_eq!(names.len(), 2);
     assert!(names.contains(&"c"));
@@ -143,7 +157,7 @@ fn vanished_cgroup_is_skipped() {
     // A directory without cgroup.controllers whose files are missing looks
     // like a cgroup removed mid-read.
     fs::create_dir(t.path().join("gone")).unwrap();
-    let snap = Walker::new(t.path(), None).unwrap().walk(all_but_io());
+    let snap = walk(t.path(), None, all_but_io());
     assert!(snap.nodes.iter().all(|n| n.name != "gone"));
     assert!(snap.errors.iter().all(|e| !e.cgroup.starts_with("gone")));
 }
@@ -151,8 +165,12 @@ fn vanished_cgroup_is_skipped() {
 #[test]
 fn counts_opens() {
     let t = fixture();
-    let mut w = Walker::new(t.path(), None).unwrap();
-    w.walk(FileSet::from_iter([StatFile::CpuStat]));
+    let mut w = Walker::new(t.path()).unwrap();
+    w.walk(
+        &mut Table::default(),
+        FileSet::from_iter([StatFile::CpuStat]),
+        &mut Vec::new(),
+    );
     // cpu.stat exists in root, a and c; b has none.
     assert_eq!(w.reader.counters.files_opened, 3);
     assert_eq!(w.reader.counters.dirs_opened, 3);
@@ -160,8 +178,6 @@ fn counts_opens() {
 
 #[test]
 fn missing_root_is_an_error() {
-    let e = Walker::new(Path::new("/nonexistent/cgroup"), None)
-        .err()
-        .unwrap();
+    let e = Walker::new(Path::new("/nonexistent/cgroup")).err().unwrap();
     assert!(format!("{:#}", e).contains("/nonexistent/cgroup"));
 }

@@ -1,9 +1,6 @@
-//! One sample of every cgroup, as a flat pre-order list.
-//!
-//! Every backend produces this shape: the plain reader from its directory
-//! walk, the BPF backend from the iterator's records (which come in
-//! pre-order with parent ids). The model glue turns it into below's nested
-//! `CgroupSample` tree.
+//! What a sample reports (errors, notes, cgroups left out) and, for tests
+//! and measurements, the sample itself as a flat pre-order list
+//! ([`crate::CgroupCollector::collect`]).
 
 use std::fmt;
 
@@ -58,28 +55,7 @@ pub struct Snapshot {
 impl Snapshot {
     /// Path of node `idx` relative to the root, e.g. "system.slice/foo.service".
     pub fn path_of(&self, idx: usize) -> String {
-        Self::path_in(&self.nodes, idx)
-    }
-
-    /// Keeps the nodes with `keep[i]` (a kept node's parent must be kept).
-    pub(crate) fn retain(&mut self, keep: &[bool]) {
-        let mut new_idx = vec![usize::MAX; self.nodes.len()];
-        let mut next = 0;
-        let mut i = 0;
-        self.nodes.retain_mut(|n| {
-            let k = keep[i];
-            if k {
-                new_idx[i] = next;
-                next += 1;
-                n.parent = n.parent.map(|p| new_idx[p]);
-            }
-            i += 1;
-            k
-        });
-        self.dropped += i - next;
-    }
-
-    pub(crate) fn path_in(nodes: &[Node], idx: usize) -> String {
+        let nodes = &self.nodes;
         let mut names = Vec::new();
         let mut cur = Some(idx);
         while let Some(i) = cur {

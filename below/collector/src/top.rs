@@ -17,8 +17,9 @@ use serde::Serialize;
 
 use crate::ids::IdMap;
 use crate::read::Walker;
+use crate::table::Table;
+use crate::FileError;
 use crate::FileSet;
-use crate::Snapshot;
 use crate::StatFile;
 
 /// What cgroups are ranked by (`--cgroup-top-by`, config `cgroup_top_by`).
@@ -240,36 +241,55 @@ pub(crate) fn select(
     keep
 }
 
-/// Ranks a whole snapshot and keeps the selected cgroups.
-pub(crate) fn prune(ranker: &mut Ranker, snap: &mut Snapshot) {
+/// The one top-N selection, for every backend: ranks the table's
+/// cgroups by `value` (id and ranked value at a position; the root is
+/// never ranked) and keeps the chosen ones.
+pub(crate) fn choose(ranker: &mut Ranker, table: &mut Table, value: impl Fn(usize) -> Option<u64>) {
+    let keep = keep(ranker, table, value);
+    table.retain(&keep);
+}
+
+/// Which positions [`choose`] keeps, for a caller that needs the choice
+/// before the table drops the rest (the BPF passes).
+pub(crate) fn keep(
+    ranker: &mut Ranker,
+    table: &Table,
+    value: impl Fn(usize) -> Option<u64>,
+) -> Vec<bool> {
+    ranker.rank(
+        table.parents(),
+        |i| (table.id(i), (i > 0).then(|| value(i)).flatten()),
+        |i| table.row(i).always,
+    )
+}
+
+/// Ranks the table by the samples' values (plain read, streams, and
+/// files the BPF record does not hold).
+pub(crate) fn choose_by_samples(ranker: &mut Ranker, table: &mut Table) {
     let by = ranker.top.by;
-    let parents: Vec<Option<usize>> = snap.nodes.iter().map(|n| n.parent).collect();
-    let re = ranker.top.keep.clone();
-    let nodes = &snap.nodes;
-    let keep = ranker.rank(
-        &parents,
-        |i| {
-            let n = &nodes[i];
-            let id = n.sample.inode_number.unwrap_or(-1) as u64;
-            (id, n.parent.and(by.value(&n.sample)))
-        },
-        |i| i > 0 && re.as_ref().is_some_and(|re| re.is_match(&snap.path_of(i))),
-    );
-    snap.retain(&keep);
+    let values: Vec<Option<u64>> = (0..table.len())
+        .map(|i| by.value(table.sample(i)))
+        .collect();
+    choose(ranker, table, |i| values[i]);
 }
 
 /// Plain read with top-N: the ranked file of every cgroup, then the other
 /// `files` of the kept ones only.
-pub(crate) fn walk(walker: &mut Walker, ranker: &mut Ranker, files: FileSet) -> Snapshot {
+pub(crate) fn walk(
+    walker: &mut Walker,
+    ranker: &mut Ranker,
+    table: &mut Table,
+    files: FileSet,
+    errors: &mut Vec<FileError>,
+) {
     let key = ranker.top.by.files().intersection(files);
-    let mut snap = walker.walk(key);
-    prune(ranker, &mut snap);
+    walker.walk(table, key, errors);
+    choose_by_samples(ranker, table);
     let rest = files.difference(key);
-    for i in 0..snap.nodes.len() {
-        let path = snap.path_of(i);
-        walker.read_at(&path, rest, &mut snap.nodes[i].sample, &mut snap.errors);
+    for i in 0..table.len() {
+        let path = table.row(i).path.clone();
+        walker.read_at(&path, rest, table.sample_mut(i), errors);
     }
-    snap
 }
 
 #[cfg(test)]

@@ -161,51 +161,48 @@ fn parses_ranking() {
     assert!("disk".parse::<TopBy>().is_err());
 }
 
-fn node(parent: Option<usize>, name: &str, ino: i64, usage: u64) -> crate::Node {
-    crate::Node {
-        parent,
-        name: name.into(),
-        sample: CgroupSample {
-            inode_number: Some(ino),
+/// The tree above in a table, each cgroup's cpu.stat usage from `usage`.
+fn table(t: &mut Table, usage: [u64; 7]) {
+    let names = ["", "a", "a1", "a2", "a2x", "b", "b1"];
+    t.begin();
+    for (i, (p, name)) in tree().into_iter().zip(names).enumerate() {
+        let pos = t.visit(100 + i as u64, p, || name.to_owned()).unwrap();
+        *t.sample_mut(pos) = CgroupSample {
             cpu_stat: Some(cgroupfs::CpuStat {
-                usage_usec: Some(usage),
+                usage_usec: Some(usage[i]),
                 ..Default::default()
             }),
             ..Default::default()
-        },
+        };
     }
+    t.end();
 }
 
 #[test]
-fn prune_keeps_the_busiest_since_the_last_pass_as_a_tree() {
-    let snap = |usage: [u64; 7]| Snapshot {
-        nodes: tree()
-            .into_iter()
-            .zip(["", "a", "a1", "a2", "a2x", "b", "b1"])
-            .zip(usage)
-            .enumerate()
-            .map(|(i, ((p, name), u))| node(p, name, 100 + i as i64, u))
-            .collect(),
-        ..Default::default()
-    };
+fn choose_keeps_the_busiest_since_the_last_pass_as_a_tree() {
+    let mut t = Table::new(None, Some(Regex::new("^b$").unwrap()));
     let mut r = Ranker::new(TopN {
         n: 1,
         by: TopBy::Cpu,
-        keep: Some(Regex::new("^b$").unwrap()),
+        keep: None,
     });
-    let mut s = snap([0, 10, 0, 0, 500, 0, 20]);
-    prune(&mut r, &mut s);
-    let names = |s: &Snapshot| (0..s.nodes.len()).map(|i| s.path_of(i)).collect::<Vec<_>>();
+    table(&mut t, [0, 10, 0, 0, 500, 0, 20]);
+    choose_by_samples(&mut r, &mut t);
+    let paths = |t: &Table| {
+        (0..t.len())
+            .map(|i| t.row(i).path.clone())
+            .collect::<Vec<_>>()
+    };
     // a2x leads on its cumulative counter; b is kept by the pattern.
-    assert_eq!(names(&s), ["", "a", "a/a2", "a/a2/a2x", "b"]);
-    assert_eq!(s.dropped, 2);
-    assert_eq!(s.nodes[3].parent, Some(2));
-    assert_eq!(s.nodes[4].parent, Some(0));
+    assert_eq!(paths(&t), ["", "a", "a/a2", "a/a2/a2x", "b"]);
+    assert_eq!(t.dropped(), 2);
+    assert_eq!(t.parents()[3], Some(2));
+    assert_eq!(t.parents()[4], Some(0));
     // Next pass: b1 did the most since then (a2x only 1 more).
-    let mut s = snap([0, 10, 0, 0, 501, 0, 90]);
-    prune(&mut r, &mut s);
-    assert_eq!(names(&s), ["", "b", "b/b1"]);
-    assert_eq!(s.nodes[2].parent, Some(1));
+    table(&mut t, [0, 10, 0, 0, 501, 0, 90]);
+    choose_by_samples(&mut r, &mut t);
+    assert_eq!(paths(&t), ["", "b", "b/b1"]);
+    assert_eq!(t.parents()[2], Some(1));
 }
 
 #[test]
@@ -235,7 +232,7 @@ fn plain_read_reads_the_ranked_file_of_all_and_the_rest_of_the_kept() {
         "c",
         &[("cpu.stat", "usage_usec 3\n"), ("memory.current", "1\n")],
     );
-    let mut walker = Walker::new(t.path(), None).unwrap();
+    let mut walker = Walker::new(t.path()).unwrap();
     let mut r = Ranker::new(TopN {
         n: 1,
         by: TopBy::Cpu,
@@ -244,14 +241,18 @@ fn plain_read_reads_the_ranked_file_of_all_and_the_rest_of_the_kept() {
     let files: FileSet = [StatFile::CpuStat, StatFile::MemoryCurrent]
         .into_iter()
         .collect();
-    let snap = walk(&mut walker, &mut r, files);
+    let mut table = Table::default();
+    let mut errors = Vec::new();
+    walk(&mut walker, &mut r, &mut table, files, &mut errors);
     // b has 8 of its own, a 2 (10 less b's 8), c 3: b, with a as ancestor.
-    let paths: Vec<String> = (0..snap.nodes.len()).map(|i| snap.path_of(i)).collect();
+    let paths: Vec<&str> = (0..table.len())
+        .map(|i| table.row(i).path.as_str())
+        .collect();
     assert_eq!(paths, ["", "a", "a/b"]);
-    assert_eq!(snap.dropped, 1);
-    assert_eq!(snap.nodes[2].sample.memory_current, Some(4096));
-    assert_eq!(snap.nodes[1].sample.memory_current, Some(8192));
-    assert!(snap.errors.is_empty(), "{:?}", snap.errors);
+    assert_eq!(table.dropped(), 1);
+    assert_eq!(table.sample(2).memory_current, Some(4096));
+    assert_eq!(table.sample(1).memory_current, Some(8192));
+    assert!(errors.is_empty(), "{:?}", errors);
     // cpu.stat of all four, memory.current of a and b only (the root has
     // none; c's is never opened).
     assert_eq!(walker.reader.counters.files_opened, 4 + 2);

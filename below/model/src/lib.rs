@@ -14,7 +14,6 @@ use std::time::SystemTime;
 use anyhow::Result;
 use bstats_collector::CgroupCollector;
 use bstats_collector::Snapshot;
-use bstats_collector::Tree;
 use model::Model;
 use model::Sample;
 use serde::Deserialize;
@@ -193,8 +192,6 @@ pub struct Collector {
     logger: slog::Logger,
     rest: rest::Rest,
     cgroups: CgroupCollector,
-    /// below's cgroup tree, kept between samples (see [`Collector::recycle`]).
-    tree: Tree,
     prev: Option<(Sample, Instant)>,
     /// Errors of the previous sample, to log only changes.
     last_errors: usize,
@@ -213,7 +210,6 @@ impl Collector {
             rest: rest::Rest::new(logger.clone(), below_opts),
             logger,
             cgroups,
-            tree: Tree::default(),
             prev: None,
             last_errors: 0,
             times: SampleTimes::default(),
@@ -252,18 +248,18 @@ impl Collector {
         let mut lap = Lap::start();
         let mut sample = self.collect_below()?;
         let rest = lap.lap();
-        let snap = self.cgroups.collect_into(&mut self.tree);
+        let snap = self.cgroups.sample();
         let cgroups = lap.lap();
         self.report_errors(&snap);
         if snap.dropped > 0 {
             debug!(
                 self.logger,
                 "cgroup top-N: {} cgroups stored, {} left out",
-                self.tree.len(),
+                self.cgroups.cgroups(),
                 snap.dropped
             );
         }
-        sample.cgroup = self.tree.take();
+        sample.cgroup = self.cgroups.take_tree();
         self.times = SampleTimes {
             pass: self
                 .cgroups
@@ -280,7 +276,7 @@ impl Collector {
     /// sample in place when the cgroups are the same (a sample not given
     /// back costs a new tree).
     pub fn recycle(&mut self, sample: Sample) {
-        self.tree.give_back(sample.cgroup);
+        self.cgroups.give_back(sample.cgroup);
     }
 
     fn report_errors(&mut self, snap: &Snapshot) {
@@ -303,8 +299,10 @@ impl Collector {
         self.last_errors = n;
     }
 
-    /// Collects a sample and the model of it against the previous one.
-    pub fn collect_and_update_model(&mut self) -> Result<(Sample, Model)> {
+    /// Collects a sample and the model of it against the previous one
+    /// (kept for the next model: its tree is not given back, so each
+    /// sample builds one).
+    pub fn collect_and_update_model(&mut self) -> Result<Model> {
         let now = Instant::now();
         let sample = self.collect_sample()?;
         let model = Model::new(
@@ -312,8 +310,8 @@ impl Collector {
             &sample,
             self.prev.as_ref().map(|(s, t)| (s, now.duration_since(*t))),
         );
-        self.prev = Some((sample.clone(), now));
-        Ok((sample, model))
+        self.prev = Some((sample, now));
+        Ok(model)
     }
 }
 

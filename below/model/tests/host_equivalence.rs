@@ -51,9 +51,9 @@ fn ours(root: &Path) -> CgroupSample {
         top: None,
     })
     .unwrap();
-    let snap = c.collect();
+    let snap = c.sample();
     assert!(snap.errors.is_empty(), "{:?}", snap.errors);
-    let mut t = bstats_collector::build_tree(snap.nodes);
+    let mut t = c.take_tree();
     without_pressure_avgs(&mut t);
     t
 }

@@ -28,7 +28,7 @@ struct Found {
 }
 
 fn probe_against(root: &File, btf: &Path) -> Found {
-    let probe = probe_with(root.as_fd(), None, Some(btf));
+    let probe = probe_with(root.as_fd(), Some(btf));
     let plan = Plan::choose(BackendChoice::Auto, &probe.capability, &Err("off".into())).unwrap();
     let cap = probe.capability.as_ref().map(|_| ());
     let mut backend = probe

@@ -40,8 +40,6 @@ use std::time::Instant;
 use anyhow::Result;
 /// The BPF layer (a module of its own where this code is part of below).
 use bstats_bpf as layer;
-use model::CgroupSample;
-use regex::Regex;
 
 use self::contract::Record;
 use self::decode::Decoder;
@@ -52,45 +50,23 @@ pub(crate) use self::probe::probe;
 use self::protocol::Passes;
 use self::protocol::Rank;
 use self::protocol::Visible;
-use crate::ids::IdMap;
 use crate::read::RootText;
 use crate::read::Walker;
+use crate::table::Table;
 use crate::top::Ranker;
 use crate::FileError;
 use crate::FileSet;
-use crate::Node;
-use crate::Snapshot;
 use crate::StatFile;
 use crate::TopBy;
-use crate::Tree;
 
 pub(crate) struct BpfBackend {
     loaded: Loaded,
-    view: View,
+    /// Record index of each table position, this pass.
+    records: Vec<usize>,
     root_text: Option<RootText>,
     prev_cputime: PrevCputime,
     /// Thread CPU and wall time of the last sample's pass.
     pub(crate) last_pass: (Duration, Duration),
-}
-
-/// The visible cgroups of the last pass (not filtered out, parent
-/// visible), and what is known of every cgroup seen.
-struct View {
-    filter: Option<Regex>,
-    /// Paths are learnt (a filter, keep pattern or text file needs them).
-    need_paths: bool,
-    /// The top-N always-keep pattern.
-    keep_re: Option<Regex>,
-    /// What never changes for a cgroup, by id (cgroup2 cannot rename or
-    /// move a cgroup): decoded and matched once, not every pass.
-    known: IdMap<Known>,
-    /// Pass number, to forget cgroups that are gone.
-    pass: u64,
-    /// Reused per sample, indexed by visible cgroup: cgroup id -> index,
-    /// record index, parent index.
-    ids: IdMap<usize>,
-    records: Vec<usize>,
-    parents: Vec<Option<usize>>,
 }
 
 /// The loaded program running passes under `root`.
@@ -113,37 +89,27 @@ impl Passes for Program<'_> {
     }
 }
 
-struct Known {
-    name: String,
-    /// Relative to the root; empty unless a filter, keep pattern or text
-    /// file needs it.
-    path: String,
-    /// Skipped with its subtree by the filter.
-    filtered: bool,
-    /// Matches the top-N always-keep pattern.
-    always: bool,
-    /// The last pass that saw it.
-    seen: u64,
+/// A pass's records indexed into the table.
+struct Indexed<'a> {
+    table: &'a mut Table,
+    records: &'a mut Vec<usize>,
 }
 
 impl BpfBackend {
-    fn new(loaded: Loaded, filter: Option<Regex>) -> Self {
+    fn new(loaded: Loaded) -> Self {
         BpfBackend {
             loaded,
-            view: View {
-                filter,
-                need_paths: false,
-                keep_re: None,
-                known: IdMap::default(),
-                pass: 0,
-                ids: IdMap::default(),
-                records: Vec::new(),
-                parents: Vec::new(),
-            },
+            records: Vec::new(),
             root_text: None,
             prev_cputime: HashMap::new(),
             last_pass: Default::default(),
         }
+    }
+
+    /// Whether a sample ranked by `by` ranks over the records (a RANK
+    /// pass), not over the table once the text files are in.
+    pub(crate) fn ranks(by: TopBy) -> bool {
+        rank_groups(by).is_some()
     }
 
     /// The iterator pass alone; returns the number of cgroups visited.
@@ -151,39 +117,32 @@ impl BpfBackend {
         self.loaded.run(contract::PASS_FULL, 0).map(|p| p.cgroups)
     }
 
-    /// One sample: `bpf` files from the records, `text` files read as text
-    /// per cgroup (relative to `walker`'s root fd). With `top`, cgroups are
-    /// ranked over the records and only the selected ones decoded (the
-    /// passes: [`protocol`]), unless the ranked value is not in the record
-    /// (io): then all are decoded and the flag returned says the caller
-    /// must still rank.
+    /// One sample into `table`: `bpf` files from the records, `text`
+    /// files read as text per cgroup (relative to `walker`'s root fd).
+    /// With `top` (by a value the record holds: [`BpfBackend::ranks`]),
+    /// cgroups are ranked over the records and only the kept ones decoded
+    /// (the passes: [`protocol`]).
     ///
     /// Fails only when the pass cannot run (the caller reads text instead).
     pub(crate) fn collect(
         &mut self,
+        table: &mut Table,
         walker: &mut Walker,
         bpf: FileSet,
         text: FileSet,
         mut top: Option<&mut Ranker>,
-        tree: Option<&mut Tree>,
-    ) -> Result<(Snapshot, bool, bool)> {
-        let mut snap = Snapshot::default();
+        errors: &mut Vec<FileError>,
+    ) -> Result<()> {
         let (cpu, wall) = (layer::thread_cpu_time(), Instant::now());
-        let view = &mut self.view;
-        view.keep_re = top.as_ref().and_then(|t| t.top.keep.clone());
-        view.need_paths = view.filter.is_some() || view.keep_re.is_some() || !text.is_empty();
         let limits = *self.loaded.limits();
         let by = top.as_ref().map(|t| t.top.by);
-        let mut choose = |view: &View, records: &[Record], pass: &Pass| {
-            let rank = top.as_deref_mut().expect("a rank pass only with top");
+        let mut choose = |ix: &Indexed, records: &[Record], pass: &Pass| {
+            let ranker = top.as_deref_mut().expect("a rank pass only with top");
             let decoder = Decoder::new(&limits, pass);
-            let by = rank.top.by;
-            let record = |j: usize| &records[view.records[j]];
-            rank.rank(
-                &view.parents,
-                |j| (record(j).id, decoder.rank_value(record(j), by)),
-                |j| view.known[&record(j).id].always,
-            )
+            let by = ranker.top.by;
+            crate::top::keep(ranker, ix.table, |j| {
+                decoder.rank_value(&records[ix.records[j]], by)
+            })
         };
         let rank = by.and_then(rank_groups).map(|groups| Rank {
             groups,
@@ -193,33 +152,26 @@ impl BpfBackend {
             loaded: &mut self.loaded,
             root: walker.root_fd(),
         };
-        let sampled = protocol::sample(&mut program, view, rank)?;
-        let (pass, keep) = (sampled.pass, sampled.keep);
+        let mut ix = Indexed {
+            table,
+            records: &mut self.records,
+        };
+        let sampled = protocol::sample(&mut program, &mut ix, rank)?;
         self.last_pass = (layer::thread_cpu_time() - cpu, wall.elapsed());
-        let decoder = Decoder::new(&limits, &pass);
-        let loaded = &self.loaded;
-        let records = loaded.records(pass.cgroups);
-        let view = &self.view;
-        // The visible cgroups that are kept, and the node index of each.
-        let mut kept = Vec::with_capacity(view.records.len());
-        let mut node_of = vec![usize::MAX; view.records.len()];
-        for j in 0..view.records.len() {
-            if keep.as_ref().is_some_and(|k| !k[j]) {
-                snap.dropped += 1;
-            } else {
-                node_of[j] = kept.len();
-                kept.push(j);
-            }
+        if let Some(keep) = &sampled.keep {
+            let mut k = keep.iter();
+            self.records
+                .retain(|_| *k.next().expect("a choice per position"));
+            table.retain(keep);
         }
-        let known = &view.known;
-        let name = |j: usize| known[&records[view.records[j]].id].name.as_str();
-        let parents = &view.parents;
-        let parent = |j: usize| parents[j].map(|p| node_of[p]);
+        let decoder = Decoder::new(&limits, &sampled.pass);
+        let loaded = &self.loaded;
+        let records = loaded.records(sampled.pass.cgroups);
         let mut prev = std::mem::take(&mut self.prev_cputime);
         let root_text = &mut self.root_text;
-        let mut fill = |j: usize, sample: &mut CgroupSample, errors: &mut Vec<FileError>| {
-            let i = view.records[j];
+        for (pos, &i) in self.records.iter().enumerate() {
             let r = &records[i];
+            let sample = table.sample_mut(pos);
             decoder.fill(r, loaded.numa(i), bpf, &mut prev, sample);
             if r.level == 0 {
                 root_text
@@ -227,107 +179,47 @@ impl BpfBackend {
                     .fill(sample, errors);
             }
             if !text.is_empty() {
-                walker.read_at(&known[&r.id].path, text, sample, errors);
+                let path = table.row(pos).path.clone();
+                walker.read_at(&path, text, table.sample_mut(pos), errors);
             }
-        };
-        // A tree of the same cgroups takes the sample in place, unless the
-        // caller still ranks the snapshot's nodes.
-        let still_rank = top.is_some() && keep.is_none();
-        let in_tree = match tree {
-            Some(t) if !still_rank && t.same_shape(kept.iter().map(|&j| (parent(j), name(j)))) => {
-                t.update(|n, s| fill(kept[n], s, &mut snap.errors));
-                true
-            }
-            _ => {
-                snap.nodes = kept
-                    .iter()
-                    .map(|&j| {
-                        let mut sample = CgroupSample::default();
-                        fill(j, &mut sample, &mut snap.errors);
-                        Node {
-                            parent: parent(j),
-                            name: name(j).to_owned(),
-                            sample,
-                        }
-                    })
-                    .collect();
-                false
-            }
-        };
+        }
         // Keep history only for cgroups that still exist.
-        prev.retain(|id, _| view.ids.contains_key(id));
+        prev.retain(|&id, _| table.knows(id));
         self.prev_cputime = prev;
-        let view = &mut self.view;
-        let pass = view.pass;
-        view.known.retain(|_, k| k.seen == pass);
-        Ok((snap, still_rank, in_tree))
+        Ok(())
     }
 }
 
-impl Visible for View {
-    fn index(&mut self, records: &[Record]) {
-        View::index(self, records)
-    }
-
-    fn visible(&self) -> &[usize] {
-        &self.records
-    }
-}
-
-impl View {
+impl Visible for Indexed<'_> {
     /// Indexes a pass's records: the visible cgroups (not filtered,
     /// parent visible) in pre-order, each one's parent, and what is known
     /// of each (learnt the first time its id is seen).
     fn index(&mut self, records: &[Record]) {
-        self.pass += 1;
-        self.ids.clear();
+        self.table.begin();
         self.records.clear();
-        self.parents.clear();
         for (i, r) in records.iter().enumerate() {
             let parent = if i == 0 {
                 None
             } else {
                 // Parent skipped by the filter (or not seen): skip too.
-                match self.ids.get(&r.parent_id) {
-                    Some(&p) => Some(p),
+                match self.table.position(r.parent_id) {
+                    Some(p) => Some(p),
                     None => continue,
                 }
             };
-            if !self.known.contains_key(&r.id) {
-                let k = self.learn(r, parent.is_some());
-                self.known.insert(r.id, k);
+            let name = || match parent {
+                Some(_) => decode::name(r),
+                None => String::new(),
+            };
+            if self.table.visit(r.id, parent, name).is_some() {
+                self.records.push(i);
             }
-            let k = self.known.get_mut(&r.id).expect("inserted above");
-            k.seen = self.pass;
-            if k.filtered {
-                continue;
-            }
-            self.ids.insert(r.id, self.records.len());
-            self.records.push(i);
-            self.parents.push(parent);
         }
+        self.table.end();
     }
 
-    /// What is fixed for the life of a cgroup (its parent is known).
-    fn learn(&self, r: &Record, child: bool) -> Known {
-        let (need_paths, keep) = (self.need_paths, self.keep_re.as_ref());
-        let name = if child {
-            decode::name(r)
-        } else {
-            String::new()
-        };
-        let path = match self.known.get(&r.parent_id) {
-            Some(p) if child && need_paths && !p.path.is_empty() => format!("{}/{name}", p.path),
-            _ if child && need_paths => name.clone(),
-            _ => String::new(),
-        };
-        Known {
-            filtered: child && self.filter.as_ref().is_some_and(|re| re.is_match(&path)),
-            always: child && keep.is_some_and(|re| re.is_match(&path)),
-            name,
-            path,
-            seen: 0,
-        }
+    fn visible(&self) -> &[usize] {
+        self.records
     }
 }
 

@@ -4,8 +4,6 @@
 use std::os::fd::BorrowedFd;
 use std::path::Path;
 
-use regex::Regex;
-
 use super::contract::*;
 use super::kernel::swap_files_this_boot;
 use super::kernel::Kernel;
@@ -22,8 +20,8 @@ pub(crate) struct Probe {
     pub backend: Option<BpfBackend>,
 }
 
-pub(crate) fn probe(root_fd: BorrowedFd, filter: Option<Regex>) -> Probe {
-    probe_with(root_fd, filter, None)
+pub(crate) fn probe(root_fd: BorrowedFd) -> Probe {
+    probe_with(root_fd, None)
 }
 
 /// Why the program cannot read through a missing kernel fact.
@@ -60,7 +58,7 @@ pub(crate) struct Found {
 
 /// As [`probe`], relocating against `btf` (a file standing for the
 /// kernel's BTF) when given.
-pub(crate) fn probe_with(root_fd: BorrowedFd, filter: Option<Regex>, btf: Option<&Path>) -> Probe {
+pub(crate) fn probe_with(root_fd: BorrowedFd, btf: Option<&Path>) -> Probe {
     let fail = |why: String| Probe {
         capability: Err(why),
         backend: None,
@@ -97,7 +95,7 @@ pub(crate) fn probe_with(root_fd: BorrowedFd, filter: Option<Regex>, btf: Option
     };
     Probe {
         capability: Ok(support(&found)),
-        backend: Some(BpfBackend::new(loaded, filter)),
+        backend: Some(BpfBackend::new(loaded)),
     }
 }
 

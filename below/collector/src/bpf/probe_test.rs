@@ -199,7 +199,7 @@ fn btf_missing_stops_probing_with_the_reason() {
     let root = tempfile::tempdir().unwrap();
     let root_fd = File::open(root.path()).unwrap();
     let missing = root.path().join("vmlinux");
-    let probe = probe_with(root_fd.as_fd(), None, Some(&missing));
+    let probe = probe_with(root_fd.as_fd(), Some(&missing));
     assert!(probe.backend.is_none());
     let why = probe.capability.clone().unwrap_err();
     assert!(why.contains("no BTF at"), "{why}");

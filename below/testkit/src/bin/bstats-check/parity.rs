@@ -30,7 +30,6 @@ use bstats_collector::Snapshot;
 use bstats_collector::StatFile;
 use bstats_collector::TopBy;
 use bstats_collector::TopN;
-use bstats_collector::Tree;
 use bstats_testkit::Controllers;
 use bstats_testkit::Cpu;
 use bstats_testkit::Cycle;
@@ -870,8 +869,7 @@ fn run(
         .filter(|f| f.is_pressure())
         .collect();
     let quiet_files = files.intersection(pressure);
-    let mut walker = bstats_collector::Walker::new(root, None)?;
-    let mut tree = Tree::default();
+    let mut walker = bstats_collector::Walker::new(root)?;
     let mut ck = Checker::new(files);
     let mut planted = Planted::default();
     let (mut taken, mut quiet_samples, mut unchanged, mut dropped) = (0, 0, 0, 0);
@@ -888,22 +886,22 @@ fn run(
             std::thread::sleep(QUIET_PAUSE);
         }
         let read_before = Instant::now();
-        let before = walker.walk(if quiet {
+        let before = walker.read_all(if quiet {
             files.difference(quiet_files)
         } else {
             files
         });
-        let snap = c.collect_into(&mut tree);
+        let snap = c.sample();
         let since_before_us = read_before.elapsed().as_micros() as i128;
-        let mut sample = tree.take();
+        let mut sample = c.take_tree();
         // Pressure first: the shorter after a quiet sample, the less
         // likely the kernel's 2 s update falls in between.
-        let after_p = walker.walk(quiet_files);
+        let after_p = walker.read_all(quiet_files);
         // cpu.stat tells idle cgroups (see QUIET_STREAK).
         let rest = files
             .difference(quiet_files)
             .union([StatFile::CpuStat].into_iter().collect());
-        let after = merge(&after_p, &walker.walk(rest));
+        let after = merge(&after_p, &walker.read_all(rest));
         let usage = |s: &CgroupSample| Some((s.inode_number, s.cpu_stat.as_ref()?.usage_usec?));
         let now: HashMap<&String, _> = after.iter().map(|(p, s)| (p, usage(s))).collect();
         let idle: BTreeSet<String> = now
@@ -932,7 +930,7 @@ fn run(
         let paths = ck.check_sample(&sample, &around);
         unchanged += usize::from(paths == prev_paths);
         prev_paths = paths;
-        tree.give_back(sample);
+        c.give_back(sample);
     }
     let wall = t0.elapsed();
     println!(

@@ -1,0 +1,359 @@
+//! The collector's one intermediate form: every cgroup, kept by cgroup id
+//! from one sample to the next.
+//!
+//! A sample goes through the table in three steps, whatever the backend:
+//! 1. index: [`Table::begin`], then [`Table::visit`] each cgroup in
+//!    pre-order (the walker from readdir, BPF from the iterator's records),
+//!    then [`Table::end`]. What never changes for a cgroup (name, path,
+//!    filter and always-keep matches) is learnt the first time its id is
+//!    seen; cgroups not visited are forgotten.
+//! 2. choose and fill: top-N keeps some rows ([`Table::retain`], the one
+//!    selection in `top`), and backends fill each kept row's sample.
+//! 3. publish: [`Table::take_tree`] gives below's nested tree, updated in
+//!    place while the kept cgroups are the same ones (the shape
+//!    generation), else built anew.
+
+use std::collections::BTreeMap;
+
+use model::CgroupSample;
+use regex::Regex;
+
+use crate::ids::IdMap;
+use crate::Node;
+
+/// What is known of a cgroup for its whole life (cgroup2 cannot rename or
+/// move one).
+#[derive(Debug)]
+pub(crate) struct Row {
+    pub(crate) name: String,
+    /// Relative to the root ("" for the root): learnt once, so a file
+    /// read by path never costs a walk.
+    pub(crate) path: String,
+    /// Matches the always-keep pattern of top-N.
+    pub(crate) always: bool,
+    filtered: bool,
+    /// The index that last visited it, and its position there.
+    seen: u64,
+    pos: usize,
+}
+
+/// below's nested tree, kept between samples.
+#[derive(Debug, Default)]
+struct Nested {
+    root: CgroupSample,
+    /// The generation it holds; None when out or never built.
+    generation: Option<u64>,
+    /// The generation of the tree while it is out.
+    out: Option<u64>,
+    /// Taken again while out: which tree comes back is unknown.
+    lost: bool,
+    /// The position of each of its nodes, in its own pre-order (children
+    /// by name).
+    order: Vec<usize>,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct Table {
+    rows: IdMap<Row>,
+    /// This sample's cgroups in pre-order: id and parent position; the
+    /// root first.
+    ids: Vec<u64>,
+    parents: Vec<Option<usize>>,
+    /// Each position's sample, filled by the backends.
+    samples: Vec<CgroupSample>,
+    /// The index count, to tell rows seen by this one.
+    index: u64,
+    /// Changes when the kept cgroups are not the same ones in the same
+    /// order as at the last sample; `shape` is what it was computed from.
+    generation: u64,
+    shape: Vec<u64>,
+    tree: Nested,
+    filter: Option<Regex>,
+    keep: Option<Regex>,
+    /// Rows left out by top-N this sample.
+    dropped: usize,
+}
+
+impl Table {
+    pub(crate) fn new(filter: Option<Regex>, keep: Option<Regex>) -> Self {
+        Table {
+            filter,
+            keep,
+            ..Default::default()
+        }
+    }
+
+    /// Starts indexing a sample (or a pass that may have moved cgroups).
+    pub(crate) fn begin(&mut self) {
+        self.index += 1;
+        self.ids.clear();
+        self.parents.clear();
+        self.dropped = 0;
+    }
+
+    /// Visits cgroup `id` under the cgroup at position `parent` (None: the
+    /// root), named by `name` (called only for a cgroup not seen before).
+    /// Its position in this sample, or None when the filter skips it (and
+    /// so its subtree).
+    pub(crate) fn visit(
+        &mut self,
+        id: u64,
+        parent: Option<usize>,
+        name: impl FnOnce() -> String,
+    ) -> Option<usize> {
+        let pos = self.ids.len();
+        if !self.rows.contains_key(&id) {
+            let row = self.learn(parent, name());
+            self.rows.insert(id, row);
+        }
+        let row = self.rows.get_mut(&id).expect("inserted above");
+        row.seen = self.index;
+        row.pos = pos;
+        if row.filtered {
+            return None;
+        }
+        self.ids.push(id);
+        self.parents.push(parent);
+        if self.samples.len() == pos {
+            self.samples.push(CgroupSample::default());
+        }
+        Some(pos)
+    }
+
+    /// The position of cgroup `id` in this sample, if visited and not
+    /// filtered out.
+    pub(crate) fn position(&self, id: u64) -> Option<usize> {
+        let row = self.rows.get(&id)?;
+        (row.seen == self.index && !row.filtered && self.ids.get(row.pos) == Some(&id))
+            .then_some(row.pos)
+    }
+
+    /// Whether cgroup `id` was seen by the last index (top-N may have left
+    /// it out since).
+    pub(crate) fn knows(&self, id: u64) -> bool {
+        self.rows.get(&id).is_some_and(|r| r.seen == self.index)
+    }
+
+    /// Takes back the visits from position `pos` on (a cgroup removed while
+    /// it was being read: it and what was visited under it).
+    pub(crate) fn truncate(&mut self, pos: usize) {
+        for id in self.ids.drain(pos..) {
+            if let Some(row) = self.rows.get_mut(&id) {
+                row.seen = 0;
+            }
+        }
+        self.parents.truncate(pos);
+    }
+
+    /// Ends the index: cgroups not visited are forgotten.
+    pub(crate) fn end(&mut self) {
+        let index = self.index;
+        self.rows.retain(|_, r| r.seen == index);
+        self.samples.truncate(self.ids.len());
+    }
+
+    /// What a newly seen cgroup under `parent` is.
+    fn learn(&self, parent: Option<usize>, name: String) -> Row {
+        let Some(p) = parent else {
+            return Row {
+                name: String::new(),
+                path: String::new(),
+                always: false,
+                filtered: false,
+                seen: 0,
+                pos: 0,
+            };
+        };
+        let parent_path = &self.rows[&self.ids[p]].path;
+        let path = match parent_path.is_empty() {
+            true => name.clone(),
+            false => format!("{parent_path}/{name}"),
+        };
+        let is = |re: &Option<Regex>| re.as_ref().is_some_and(|re| re.is_match(&path));
+        Row {
+            filtered: is(&self.filter),
+            always: is(&self.keep),
+            name,
+            path,
+            seen: 0,
+            pos: 0,
+        }
+    }
+
+    /// Cgroups in this sample (kept ones, after [`Table::retain`]).
+    pub(crate) fn len(&self) -> usize {
+        self.ids.len()
+    }
+
+    pub(crate) fn id(&self, pos: usize) -> u64 {
+        self.ids[pos]
+    }
+
+    pub(crate) fn row(&self, pos: usize) -> &Row {
+        &self.rows[&self.ids[pos]]
+    }
+
+    /// The parent position of each position (pre-order: a parent comes
+    /// first).
+    pub(crate) fn parents(&self) -> &[Option<usize>] {
+        &self.parents
+    }
+
+    /// The sample at `pos` to fill. It holds what was there at an earlier
+    /// sample (a backend may reuse its allocations; it sets every field it
+    /// serves and must clear what it does not).
+    pub(crate) fn sample_mut(&mut self, pos: usize) -> &mut CgroupSample {
+        &mut self.samples[pos]
+    }
+
+    pub(crate) fn sample(&self, pos: usize) -> &CgroupSample {
+        &self.samples[pos]
+    }
+
+    /// Keeps the positions with `keep[i]` (a kept position's parent must be
+    /// kept); the others are counted as dropped.
+    pub(crate) fn retain(&mut self, keep: &[bool]) {
+        let mut new_pos = vec![usize::MAX; self.ids.len()];
+        let mut next = 0;
+        for (i, &k) in keep.iter().enumerate().take(self.ids.len()) {
+            if k {
+                new_pos[i] = next;
+                self.ids[next] = self.ids[i];
+                self.parents[next] = self.parents[i].map(|p| new_pos[p]);
+                self.samples.swap(next, i);
+                self.rows.get_mut(&self.ids[next]).expect("visited").pos = next;
+                next += 1;
+            }
+        }
+        self.dropped += self.ids.len() - next;
+        self.ids.truncate(next);
+        self.parents.truncate(next);
+        self.samples.truncate(next);
+    }
+
+    /// Cgroups left out by top-N this sample.
+    pub(crate) fn dropped(&self) -> usize {
+        self.dropped
+    }
+
+    /// The kept cgroups' shape generation: the same number as long as they
+    /// are the same cgroups in the same pre-order.
+    fn update_generation(&mut self) -> u64 {
+        if self.shape != self.ids {
+            self.generation += 1;
+            self.shape.clone_from(&self.ids);
+        }
+        self.generation
+    }
+
+    /// below's nested tree of this sample: the tree given back, updated in
+    /// place when its generation is this sample's (each node swaps samples
+    /// with its position, so the position keeps the node's earlier
+    /// allocations), else a new one. The tree is out until
+    /// [`Table::give_back`]; a sample taken while it is out builds a new
+    /// one.
+    pub(crate) fn take_tree(&mut self) -> CgroupSample {
+        let generation = self.update_generation();
+        if self.tree.generation == Some(generation) {
+            let order = &self.tree.order;
+            let samples = &mut self.samples;
+            let mut next = order.iter();
+            visit(&mut self.tree.root, &mut |node| {
+                let pos = *next.next().expect("a node per position");
+                std::mem::swap(node, &mut samples[pos]);
+            });
+        } else {
+            // Freed before the new one is built: one tree at a time.
+            self.tree.root = CgroupSample::default();
+            let names: Vec<&str> = (0..self.ids.len())
+                .map(|p| self.rows[&self.ids[p]].name.as_str())
+                .collect();
+            let (root, order) = build(&self.parents, &names, &mut self.samples);
+            self.tree.root = root;
+            self.tree.order = order;
+        }
+        // Out until given back.
+        self.tree.generation = None;
+        self.tree.lost = self.tree.out.is_some();
+        self.tree.out = Some(generation);
+        std::mem::take(&mut self.tree.root)
+    }
+
+    /// Gives back what [`Table::take_tree`] returned, unchanged. When two
+    /// were out, the one given back may be the older: it is dropped.
+    pub(crate) fn give_back(&mut self, root: CgroupSample) {
+        let out = self.tree.out.take();
+        if !std::mem::take(&mut self.tree.lost) {
+            self.tree.root = root;
+            self.tree.generation = out;
+        }
+    }
+
+    /// This sample as a flat pre-order list, its samples moved out.
+    pub(crate) fn take_nodes(&mut self) -> Vec<Node> {
+        (0..self.ids.len())
+            .map(|p| Node {
+                parent: self.parents[p],
+                name: self.row(p).name.clone(),
+                sample: std::mem::take(&mut self.samples[p]),
+            })
+            .collect()
+    }
+}
+
+/// Pre-order, children by name as the map holds them; a node's children
+/// are out of it during `f`.
+fn visit(node: &mut CgroupSample, f: &mut impl FnMut(&mut CgroupSample)) {
+    let children = node.children.take();
+    f(node);
+    node.children = children;
+    for c in node.children.iter_mut().flat_map(|c| c.values_mut()) {
+        visit(c, f);
+    }
+}
+
+/// below's nested tree from pre-order `parents`, `names` and `samples`
+/// (moved out), and the position of each of its nodes in its pre-order.
+fn build(
+    parents: &[Option<usize>],
+    names: &[&str],
+    samples: &mut [CgroupSample],
+) -> (CgroupSample, Vec<usize>) {
+    let n = parents.len();
+    if n == 0 {
+        return Default::default();
+    }
+    // Each position's children, sorted by name, as one range of `order`:
+    // a BTreeMap collected from sorted pairs is built in bulk, with no
+    // shifting of (large) samples inside its nodes as inserts would do.
+    let mut order: Vec<usize> = (1..n).collect();
+    order.sort_unstable_by(|&a, &b| (parents[a], names[a]).cmp(&(parents[b], names[b])));
+    let mut start = vec![0; n + 1];
+    for &i in &order {
+        start[parents[i].expect("only the root has no parent") + 1] += 1;
+    }
+    for p in 1..start.len() {
+        start[p] += start[p - 1];
+    }
+    let children = |p: usize| &order[start[p]..start[p + 1]];
+    let mut preorder = Vec::with_capacity(n);
+    let mut stack = vec![0];
+    while let Some(p) = stack.pop() {
+        preorder.push(p);
+        stack.extend(children(p).iter().rev());
+    }
+    // Pre-order puts every descendant after its ancestors: going backwards,
+    // each cgroup's subtree is complete when it moves into its parent.
+    for p in (0..n).rev() {
+        let map: BTreeMap<String, CgroupSample> = children(p)
+            .iter()
+            .map(|&c| (names[c].to_owned(), std::mem::take(&mut samples[c])))
+            .collect();
+        samples[p].children = Some(map);
+    }
+    (std::mem::take(&mut samples[0]), preorder)
+}
+
+#[cfg(test)]
+#[path = "table_test.rs"]
+mod test;
