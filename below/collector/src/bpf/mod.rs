@@ -141,7 +141,7 @@ impl BpfBackend {
             let decoder = Decoder::new(&limits, pass);
             let by = ranker.top.by;
             crate::top::keep(ranker, ix.table, |j| {
-                decoder.rank_value(&records[ix.records[j]], by)
+                sample::rank_value(&decoder, &records[ix.records[j]], by)
             })
         };
         let rank = by.and_then(rank_groups).map(|groups| Rank {
@@ -171,12 +171,12 @@ impl BpfBackend {
         let root_text = &mut self.root_text;
         for (pos, &i) in self.records.iter().enumerate() {
             let r = &records[i];
-            let sample = table.sample_mut(pos);
-            decoder.fill(r, loaded.numa(i), bpf, &mut prev, sample);
+            let s = table.sample_mut(pos);
+            sample::fill(&decoder, r, loaded.numa(i), bpf, &mut prev, s);
             if r.level == 0 {
                 root_text
                     .get_or_insert_with(|| RootText::open(walker.root_fd(), root_text_files(bpf)))
-                    .fill(sample, errors);
+                    .fill(s, errors);
             }
             if !text.is_empty() {
                 let path = table.row(pos).path.clone();

@@ -1,5 +1,6 @@
 //! A record as below 0.9's `CgroupSample`, and its top-N value: the files
-//! the plan gives BPF, decoded (decode.rs) where the record holds them.
+//! the plan gives BPF, decoded (decode.rs, the record's side shared with
+//! below main) where the record holds them.
 
 use std::collections::BTreeSet;
 
@@ -14,134 +15,131 @@ use crate::FileSet;
 use crate::StatFile;
 use crate::TopBy;
 
-impl Decoder {
-    /// `s` becomes the sample of `files` the record (with its numa rows,
-    /// [`super::load::Loaded::numa`]) holds. The root's
-    /// cpu.stat and pressure are left out (the kernel fills them from
-    /// system-wide state). Of what `s` held before, only the sets that still
-    /// have the same members are kept (not allocated again); every other
-    /// field is the record's or `None`, and `children` is left to the tree.
-    pub(crate) fn fill(
-        &self,
-        r: &Record,
-        numa: &[NumaRow],
-        files: FileSet,
-        prev: &mut PrevCputime,
-        s: &mut CgroupSample,
-    ) {
-        // Each field is written where it is: the pattern names every one
-        // (no `..`), so a field below adds fails to compile until set here.
-        let CgroupSample {
-            cpu_stat,
-            io_stat,
-            tids_current,
-            tids_max,
-            memory_current,
-            memory_stat,
-            pressure,
-            children: _,
-            memory_swap_current,
-            memory_zswap_current,
-            memory_min,
-            memory_low,
-            memory_high,
-            memory_max,
-            memory_swap_max,
-            memory_zswap_max,
-            memory_events,
-            memory_events_local,
-            inode_number,
-            cgroup_stat,
-            memory_numa_stat,
-            cpuset_cpus,
-            cpuset_cpus_effective,
-            cpuset_mems,
-            cpuset_mems_effective,
-            cpu_weight,
-            cpu_max,
-            cgroup_controllers,
-            cgroup_subtree_control,
-        } = s;
-        let want = |f| files.contains(f);
-        let has = |flag| has(r, flag);
-        let root = r.level == 0;
-        *inode_number = Some(r.id as i64);
-        *cgroup_stat = want(StatFile::CgroupStat).then(|| decode::cgroup_stat(r));
-        *cgroup_controllers = want(StatFile::CgroupControllers)
-            .then(|| controllers(r.controllers, cgroup_controllers.take()));
-        *cgroup_subtree_control = want(StatFile::CgroupSubtreeControl)
-            .then(|| controllers(r.subtree_control, cgroup_subtree_control.take()));
-        *cpu_stat =
-            (want(StatFile::CpuStat) && !root && has(HAS_BSTAT)).then(|| decode::cpu_stat(r, prev));
-        *pressure =
-            (want(StatFile::CpuPressure) && !root && has(HAS_PSI)).then(|| self.pressure(r));
-        let pids = !root && has(HAS_PIDS);
-        *tids_current = (pids && want(StatFile::PidsCurrent)).then_some(r.pids_current);
-        *tids_max = (pids && want(StatFile::PidsMax)).then(|| pids_max(r));
-        let cpu = !root && has(HAS_CPU);
-        *cpu_weight = (cpu && want(StatFile::CpuWeight)).then(|| decode::cpu_weight(r.weight));
-        *cpu_max = (cpu && want(StatFile::CpuMax))
-            .then(|| decode::cpu_max(r))
-            .flatten();
-        let cpuset = |f| has(HAS_CPUSET) && want(f);
-        let cpus = |words: &[u64], old: Option<Cpuset>| match old {
-            Some(o) if same_bits(&o.cpus, words, self.cpus) => o,
-            _ => self.cpus(words),
-        };
-        let mems = |word: u64, old: Option<MemNodes>| match old {
-            Some(o) if same_bits(&o.nodes, &[word], self.nodes) => o,
-            _ => self.mems(word),
-        };
-        *cpuset_cpus =
-            (cpuset(StatFile::CpusetCpus) && !root).then(|| cpus(&r.cpus, cpuset_cpus.take()));
-        *cpuset_cpus_effective = cpuset(StatFile::CpusetCpusEffective)
-            .then(|| cpus(&r.cpus_effective, cpuset_cpus_effective.take()));
-        *cpuset_mems =
-            (cpuset(StatFile::CpusetMems) && !root).then(|| mems(r.mems, cpuset_mems.take()));
-        *cpuset_mems_effective = cpuset(StatFile::CpusetMemsEffective)
-            .then(|| mems(r.mems_effective, cpuset_mems_effective.take()));
-        *memory_stat = (want(StatFile::MemoryStat) && has(HAS_MEMSTAT))
-            .then(|| decode::memory_stat(r, memory_stat.take()));
-        *memory_numa_stat = (want(StatFile::MemoryNumaStat) && has(HAS_NUMA))
-            .then(|| self.numa_stat(numa, memory_numa_stat.take()))
-            .flatten();
-        // The memcg's page counters and event arrays.
-        let memcg = |f| !root && has(HAS_MEMCG) && want(f);
-        *memory_current = memcg(StatFile::MemoryCurrent).then(|| self.bytes(r.mem_usage));
-        *memory_swap_current = memcg(StatFile::MemorySwapCurrent).then(|| self.bytes(r.swap_usage));
-        *memory_min = memcg(StatFile::MemoryMin).then(|| self.limit(r.mem_min));
-        *memory_low = memcg(StatFile::MemoryLow).then(|| self.limit(r.mem_low));
-        *memory_high = memcg(StatFile::MemoryHigh).then(|| self.limit(r.mem_high));
-        *memory_max = memcg(StatFile::MemoryMax).then(|| self.limit(r.mem_max));
-        *memory_swap_max = memcg(StatFile::MemorySwapMax).then(|| self.limit(r.swap_max));
-        *memory_zswap_max = memcg(StatFile::MemoryZswapMax)
-            .then(|| self.zswap_max(r))
-            .flatten();
-        *memory_events = memcg(StatFile::MemoryEvents).then(|| decode::memory_events(r));
-        *memory_events_local =
-            memcg(StatFile::MemoryEventsLocal).then(|| decode::memory_events_local(r));
-        // Not in the record: text files fill them after this.
-        *io_stat = None;
-        *memory_zswap_current = None;
-    }
+/// `s` becomes the sample of `files` the record (with its numa rows,
+/// [`super::load::Loaded::numa`]) holds. The root's
+/// cpu.stat and pressure are left out (the kernel fills them from
+/// system-wide state). Of what `s` held before, only the sets that still
+/// have the same members are kept (not allocated again); every other
+/// field is the record's or `None`, and `children` is left to the tree.
+pub(crate) fn fill(
+    d: &Decoder,
+    r: &Record,
+    numa: &[NumaRow],
+    files: FileSet,
+    prev: &mut PrevCputime,
+    s: &mut CgroupSample,
+) {
+    // Each field is written where it is: the pattern names every one
+    // (no `..`), so a field below adds fails to compile until set here.
+    let CgroupSample {
+        cpu_stat,
+        io_stat,
+        tids_current,
+        tids_max,
+        memory_current,
+        memory_stat,
+        pressure,
+        children: _,
+        memory_swap_current,
+        memory_zswap_current,
+        memory_min,
+        memory_low,
+        memory_high,
+        memory_max,
+        memory_swap_max,
+        memory_zswap_max,
+        memory_events,
+        memory_events_local,
+        inode_number,
+        cgroup_stat,
+        memory_numa_stat,
+        cpuset_cpus,
+        cpuset_cpus_effective,
+        cpuset_mems,
+        cpuset_mems_effective,
+        cpu_weight,
+        cpu_max,
+        cgroup_controllers,
+        cgroup_subtree_control,
+    } = s;
+    let want = |f| files.contains(f);
+    let has = |flag| has(r, flag);
+    let root = r.level == 0;
+    *inode_number = Some(r.id as i64);
+    *cgroup_stat = want(StatFile::CgroupStat).then(|| decode::cgroup_stat(r));
+    *cgroup_controllers = want(StatFile::CgroupControllers)
+        .then(|| controllers(r.controllers, cgroup_controllers.take()));
+    *cgroup_subtree_control = want(StatFile::CgroupSubtreeControl)
+        .then(|| controllers(r.subtree_control, cgroup_subtree_control.take()));
+    *cpu_stat =
+        (want(StatFile::CpuStat) && !root && has(HAS_BSTAT)).then(|| decode::cpu_stat(r, prev));
+    *pressure = (want(StatFile::CpuPressure) && !root && has(HAS_PSI)).then(|| d.pressure(r));
+    let pids = !root && has(HAS_PIDS);
+    *tids_current = (pids && want(StatFile::PidsCurrent)).then_some(r.pids_current);
+    *tids_max = (pids && want(StatFile::PidsMax)).then(|| pids_max(r));
+    let cpu = !root && has(HAS_CPU);
+    *cpu_weight = (cpu && want(StatFile::CpuWeight)).then(|| decode::cpu_weight(r.weight));
+    *cpu_max = (cpu && want(StatFile::CpuMax))
+        .then(|| decode::cpu_max(r))
+        .flatten();
+    let cpuset = |f| has(HAS_CPUSET) && want(f);
+    let cpus = |words: &[u64], old: Option<Cpuset>| match old {
+        Some(o) if same_bits(&o.cpus, words, d.cpus) => o,
+        _ => d.cpus(words),
+    };
+    let mems = |word: u64, old: Option<MemNodes>| match old {
+        Some(o) if same_bits(&o.nodes, &[word], d.nodes) => o,
+        _ => d.mems(word),
+    };
+    *cpuset_cpus =
+        (cpuset(StatFile::CpusetCpus) && !root).then(|| cpus(&r.cpus, cpuset_cpus.take()));
+    *cpuset_cpus_effective = cpuset(StatFile::CpusetCpusEffective)
+        .then(|| cpus(&r.cpus_effective, cpuset_cpus_effective.take()));
+    *cpuset_mems =
+        (cpuset(StatFile::CpusetMems) && !root).then(|| mems(r.mems, cpuset_mems.take()));
+    *cpuset_mems_effective = cpuset(StatFile::CpusetMemsEffective)
+        .then(|| mems(r.mems_effective, cpuset_mems_effective.take()));
+    *memory_stat = (want(StatFile::MemoryStat) && has(HAS_MEMSTAT))
+        .then(|| decode::memory_stat(r, memory_stat.take()));
+    *memory_numa_stat = (want(StatFile::MemoryNumaStat) && has(HAS_NUMA))
+        .then(|| d.numa_stat(numa, memory_numa_stat.take()))
+        .flatten();
+    // The memcg's page counters and event arrays.
+    let memcg = |f| !root && has(HAS_MEMCG) && want(f);
+    *memory_current = memcg(StatFile::MemoryCurrent).then(|| d.bytes(r.mem_usage));
+    *memory_swap_current = memcg(StatFile::MemorySwapCurrent).then(|| d.bytes(r.swap_usage));
+    *memory_min = memcg(StatFile::MemoryMin).then(|| d.limit(r.mem_min));
+    *memory_low = memcg(StatFile::MemoryLow).then(|| d.limit(r.mem_low));
+    *memory_high = memcg(StatFile::MemoryHigh).then(|| d.limit(r.mem_high));
+    *memory_max = memcg(StatFile::MemoryMax).then(|| d.limit(r.mem_max));
+    *memory_swap_max = memcg(StatFile::MemorySwapMax).then(|| d.limit(r.swap_max));
+    *memory_zswap_max = memcg(StatFile::MemoryZswapMax)
+        .then(|| d.zswap_max(r))
+        .flatten();
+    *memory_events = memcg(StatFile::MemoryEvents).then(|| decode::memory_events(r));
+    *memory_events_local =
+        memcg(StatFile::MemoryEventsLocal).then(|| decode::memory_events_local(r));
+    // Not in the record: text files fill them after this.
+    *io_stat = None;
+    *memory_zswap_current = None;
+}
 
-    /// The value top-N ranks `r` by, in the units of [`TopBy::value`];
-    /// `None` for what the record does not hold (io.stat) or the cgroup
-    /// does not have. The root is never ranked.
-    pub(crate) fn rank_value(&self, r: &Record, by: TopBy) -> Option<u64> {
-        let has = |flag| has(r, flag) && r.level != 0;
-        match by {
-            TopBy::Cpu => has(HAS_BSTAT).then_some(r.usage_ns / 1000),
-            // ABSENT: a kernel whose page counter the program cannot read.
-            TopBy::Memory => {
-                (has(HAS_MEMCG) && r.mem_usage != ABSENT).then(|| r.mem_usage * self.page_size)
-            }
-            TopBy::Pressure => has(HAS_PSI).then(|| {
-                let t = PsiRows::from_fn(|i| r.psi_total_ns[i] / 1000);
-                t.cpu_some + t.io_some + t.memory_some
-            }),
-            TopBy::Io => None,
+/// The value top-N ranks `r` by, in the units of [`TopBy::value`];
+/// `None` for what the record does not hold (io.stat) or the cgroup
+/// does not have. The root is never ranked.
+pub(crate) fn rank_value(d: &Decoder, r: &Record, by: TopBy) -> Option<u64> {
+    let has = |flag| has(r, flag) && r.level != 0;
+    match by {
+        TopBy::Cpu => has(HAS_BSTAT).then_some(r.usage_ns / 1000),
+        // ABSENT: a kernel whose page counter the program cannot read.
+        TopBy::Memory => {
+            (has(HAS_MEMCG) && r.mem_usage != ABSENT).then(|| r.mem_usage * d.page_size)
         }
+        TopBy::Pressure => has(HAS_PSI).then(|| {
+            let t = PsiRows::from_fn(|i| r.psi_total_ns[i] / 1000);
+            t.cpu_some + t.io_some + t.memory_some
+        }),
+        TopBy::Io => None,
     }
 }
 

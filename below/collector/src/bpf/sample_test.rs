@@ -7,18 +7,16 @@ use super::super::decode::test::*;
 use super::*;
 use crate::FileSet;
 
-impl Decoder {
-    /// A fresh sample: what `fill` makes of a default one.
-    fn sample(&self, r: &Record, files: FileSet, prev: &mut PrevCputime) -> CgroupSample {
-        let mut s = CgroupSample::default();
-        self.fill(r, &full_numa(), files, prev, &mut s);
-        s
-    }
+/// A fresh sample: what `fill` makes of a default one.
+fn sample(d: &Decoder, r: &Record, files: FileSet, prev: &mut PrevCputime) -> CgroupSample {
+    let mut s = CgroupSample::default();
+    fill(d, r, &full_numa(), files, prev, &mut s);
+    s
 }
 
 #[test]
 fn full_record_serves_every_file() {
-    let s = decoder().sample(&full(), FileSet::all(), &mut PrevCputime::new());
+    let s = sample(&decoder(), &full(), FileSet::all(), &mut PrevCputime::new());
     assert_eq!(s.inode_number, Some(42));
     assert_eq!(
         s.cgroup_subtree_control.unwrap(),
@@ -49,7 +47,7 @@ fn full_record_serves_every_file() {
 fn absent_controllers_leave_files_empty() {
     let mut r = full();
     r.flags = HAS_BSTAT;
-    let s = decoder().sample(&r, FileSet::all(), &mut PrevCputime::new());
+    let s = sample(&decoder(), &r, FileSet::all(), &mut PrevCputime::new());
     // Without the cpu controller: cpu.stat's base fields only.
     let cpu = s.cpu_stat.unwrap();
     assert_eq!(cpu.usage_usec, Some(4000));
@@ -75,14 +73,14 @@ fn absent_controllers_leave_files_empty() {
     assert!(s.cgroup_stat.is_some() && s.cgroup_controllers.is_some());
 
     r.flags = 0;
-    let s = decoder().sample(&r, FileSet::all(), &mut PrevCputime::new());
+    let s = sample(&decoder(), &r, FileSet::all(), &mut PrevCputime::new());
     assert_eq!(s.cpu_stat, None);
 }
 
 #[test]
 fn only_wanted_files() {
     let files = [StatFile::MemoryCurrent].into_iter().collect();
-    let s = decoder().sample(&full(), files, &mut PrevCputime::new());
+    let s = sample(&decoder(), &full(), files, &mut PrevCputime::new());
     let want = CgroupSample {
         inode_number: Some(42),
         memory_current: Some(10 * PAGE as i64),
@@ -95,7 +93,7 @@ fn only_wanted_files() {
 fn root_leaves_text_files_out() {
     let mut r = full();
     r.level = 0;
-    let s = decoder().sample(&r, FileSet::all(), &mut PrevCputime::new());
+    let s = sample(&decoder(), &r, FileSet::all(), &mut PrevCputime::new());
     // Read as text (RootText) or absent at the root.
     assert_eq!(s.cpu_stat, None);
     assert_eq!(s.pressure, None);
@@ -117,12 +115,12 @@ fn root_leaves_text_files_out() {
 fn fill_over_an_old_sample_is_a_fresh_sample() {
     let d = decoder();
     let mut r = full();
-    let mut s = d.sample(&r, FileSet::all(), &mut PrevCputime::new());
+    let mut s = sample(&d, &r, FileSet::all(), &mut PrevCputime::new());
     // Filled over the old sample, it equals a fresh one.
     let refill = |r: &Record, s: &mut CgroupSample| {
         let all = FileSet::all();
-        d.fill(r, &full_numa(), all, &mut PrevCputime::new(), s);
-        assert_eq!(*s, d.sample(r, all, &mut PrevCputime::new()));
+        fill(&d, r, &full_numa(), all, &mut PrevCputime::new(), s);
+        assert_eq!(*s, sample(&d, r, all, &mut PrevCputime::new()));
     };
     // The same record again: every set is reused, not allocated again.
     let cpus = s.cpuset_cpus.as_ref().unwrap().cpus.clone();
@@ -145,10 +143,10 @@ fn fill_over_an_old_sample_is_a_fresh_sample() {
     s.memory_zswap_current = Some(1);
     let children = Some([("c".to_string(), CgroupSample::default())].into());
     s.children = children.clone();
-    d.fill(&r, &full_numa(), some, &mut PrevCputime::new(), &mut s);
+    fill(&d, &r, &full_numa(), some, &mut PrevCputime::new(), &mut s);
     assert_eq!(s.children, children);
     s.children = None;
-    assert_eq!(s, d.sample(&r, some, &mut PrevCputime::new()));
+    assert_eq!(s, sample(&d, &r, some, &mut PrevCputime::new()));
     assert!(s.memory_current.is_some() && s.memory_stat.is_none() && s.cgroup_stat.is_none());
     assert!(s.memory_zswap_current.is_none() && s.cpuset_cpus.is_none());
 }
