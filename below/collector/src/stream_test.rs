@@ -160,3 +160,30 @@ fn no_stream_files_on_this_kernel() {
         e
     );
 }
+
+#[test]
+fn top_n_ranks_streamed_values_not_the_text() {
+    let t = fixture("100\n");
+    // By its text c is the busiest; by its stream (what is served), a.
+    cgroup(
+        &t.path().join("c"),
+        &[
+            ("cpu.stat", "usage_usec 50\n"),
+            ("cpu.stat.stream", "usage_usec 1\n"),
+        ],
+    );
+    let mut opts = options(t.path(), None);
+    opts.top = Some(crate::TopN {
+        n: 1,
+        by: crate::TopBy::Cpu,
+        keep: None,
+    });
+    let mut c = CgroupCollector::new(&opts).unwrap();
+    let snap = c.collect();
+    let names: Vec<&str> = snap.nodes.iter().map(|n| n.name.as_str()).collect();
+    assert_eq!(names, ["", "a"]);
+    assert_eq!(snap.dropped, 1);
+    let a = &snap.nodes[1].sample;
+    assert_eq!(a.cpu_stat.as_ref().unwrap().usage_usec, Some(7));
+    assert_eq!(a.memory_current, Some(4096));
+}

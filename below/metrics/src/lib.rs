@@ -92,7 +92,7 @@ impl Filters {
 
 /// What one scrape serves: the parts of a sample we export, and its text
 /// once rendered.
-struct Snapshot {
+struct Exported {
     time: SystemTime,
     cgroup: model::CgroupSample,
     stat: procfs::Stat,
@@ -109,7 +109,7 @@ struct Rendered {
 }
 
 struct Shared {
-    latest: Mutex<Option<Arc<Snapshot>>>,
+    latest: Mutex<Option<Arc<Exported>>>,
     filters: Filters,
     /// Series left out by the cap, over all rendered samples.
     dropped_total: AtomicU64,
@@ -144,7 +144,7 @@ impl Exporter {
 
     /// Makes `sample`, taken at `time`, the one scrapes serve.
     pub fn publish(&self, time: SystemTime, sample: &model::Sample) {
-        let snap = Arc::new(Snapshot {
+        let snap = Arc::new(Exported {
             time,
             cgroup: sample.cgroup.clone(),
             stat: sample.system.stat.clone(),

@@ -32,7 +32,7 @@ use crate::defs::CPU_MODES;
 use crate::defs::DEFS;
 use crate::Filters;
 use crate::Rendered;
-use crate::Snapshot;
+use crate::Exported;
 
 /// Series the exporter always serves about itself, counted in the cap:
 /// `below_exporter_dropped_series_total` and `below_sample_timestamp_seconds`.
@@ -277,7 +277,7 @@ const EXTRA_LABEL: usize = 32;
 /// copies and the text is written twice.) When even an upper bound of the
 /// series, counted without reading a value, is within the cap, all are
 /// admitted without asking each metric first.
-pub(crate) fn render(snap: &Snapshot, f: &Filters, dropped_total: &AtomicU64) -> Rendered {
+pub(crate) fn render(snap: &Exported, f: &Filters, dropped_total: &AtomicU64) -> Rendered {
     let exported: Vec<(&Def, &Family)> = DEFS
         .iter()
         .zip(families())

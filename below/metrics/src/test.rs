@@ -15,7 +15,7 @@ use crate::render::to_text_format;
 use crate::Filters;
 use crate::Group;
 use crate::Options;
-use crate::Snapshot;
+use crate::Exported;
 
 fn cg(usage: u64, children: Vec<(&str, CgroupSample)>) -> CgroupSample {
     CgroupSample {
@@ -39,8 +39,8 @@ fn cg(usage: u64, children: Vec<(&str, CgroupSample)>) -> CgroupSample {
 }
 
 /// / → a, b; a → a1 (0.5, 1.5, 2.5, 3.5 s of CPU).
-fn snapshot() -> Snapshot {
-    Snapshot {
+fn snapshot() -> Exported {
+    Exported {
         time: SystemTime::UNIX_EPOCH,
         cgroup: cg(
             500_000,
@@ -200,7 +200,7 @@ fn label_values_are_escaped() {
 
 /// The test snapshot with every kind of series: io.stat devices, memory,
 /// fractional seconds, host-wide series and a name that needs escaping.
-fn rich_snapshot() -> Snapshot {
+fn rich_snapshot() -> Exported {
     let mut snap = snapshot();
     let root = &mut snap.cgroup;
     root.memory_current = Some(1 << 40);
