@@ -15,12 +15,12 @@ use crate::collectors::Downstream;
 use crate::collectors::Kind;
 use crate::collectors::Raw;
 use crate::collectors::Target;
-use crate::probe;
-use crate::probe::Cpu;
-use crate::probe::SysCr;
 use crate::stats::mean;
 use crate::stats::ms;
 use crate::stats::percentile;
+use crate::thread_cost;
+use crate::thread_cost::Cpu;
+use crate::thread_cost::SysCr;
 
 /// How long a measurement cell runs: at least `min` samples, then until
 /// `max` samples or `budget` elapsed (TCG guests are ~50x slower).
@@ -118,11 +118,11 @@ struct Laps {
 
 /// Times one phase on this thread.
 fn lap<T>(cpu: &mut Vec<Cpu>, wall: &mut Vec<Duration>, f: impl FnOnce() -> T) -> T {
-    let c0 = probe::thread_cpu();
+    let c0 = thread_cost::thread_cpu();
     let t0 = Instant::now();
     let v = f();
     wall.push(t0.elapsed());
-    cpu.push(probe::thread_cpu().since(c0));
+    cpu.push(thread_cost::thread_cpu().since(c0));
     v
 }
 
@@ -149,9 +149,9 @@ fn one_sample(
 }
 
 /// A kernel-read pass with its openat calls counted (kept off the timed
-/// samples, see [`probe::SyscallCounter`]).
+/// samples, see [`thread_cost::SyscallCounter`]).
 fn read_counting_opens(c: &mut Collector) -> Result<(Raw, Option<u64>, &'static str)> {
-    if let Ok(perf) = probe::SyscallCounter::new("openat") {
+    if let Ok(perf) = thread_cost::SyscallCounter::new("openat") {
         let before = perf.read()?;
         let raw = c.read()?;
         return Ok((raw, Some(perf.read()? - before), "perf"));
@@ -263,11 +263,11 @@ pub fn parallel_cell(kind: Kind, target: &Target, k: usize, budget: Budget) -> R
                             break;
                         }
                         let Ok(c) = state.as_mut() else { continue };
-                        let c0 = probe::thread_cpu();
+                        let c0 = thread_cost::thread_cpu();
                         let t0 = Instant::now();
                         let r = c.read();
                         lat.push(t0.elapsed());
-                        cpu.add(probe::thread_cpu().since(c0));
+                        cpu.add(thread_cost::thread_cpu().since(c0));
                         if let Err(e) = r {
                             failed.store(true, Ordering::SeqCst);
                             state = Err(e);

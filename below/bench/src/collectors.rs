@@ -144,7 +144,7 @@ impl Collector {
     pub fn tree(&mut self, raw: Raw) -> CgroupSample {
         match (raw, self) {
             (Raw::Tree(t), _) => *t,
-            (Raw::Table(_), Collector::Ours(c)) => c.take_tree(),
+            (Raw::Table(_), Collector::Ours(c)) => c.take_tree().0,
             (Raw::Table(_), Collector::Baseline(_)) => unreachable!("only ours fills a table"),
         }
     }

@@ -9,11 +9,11 @@ mod child;
 mod collectors;
 mod floor;
 mod overhead;
-mod probe;
 mod report;
 mod soak;
 mod spawns;
 mod stats;
+mod thread_cost;
 
 use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;

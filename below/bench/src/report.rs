@@ -12,9 +12,9 @@ use crate::bill::BillRow;
 use crate::collectors::Kind;
 use crate::overhead;
 use crate::overhead::OverheadRow;
-use crate::probe;
 use crate::soak::SoakResult;
 use crate::stats::ratio;
+use crate::thread_cost;
 use crate::Args;
 
 mod recorders;
@@ -359,7 +359,7 @@ impl Report {
     }
 
     pub fn finish(&mut self) {
-        self.max_rss_kib = probe::max_rss_kib();
+        self.max_rss_kib = thread_cost::max_rss_kib();
     }
 
     pub fn markdown(&self) -> String {
