@@ -40,7 +40,7 @@ use cgroupfs::Pressure;
 use cgroupfs::PressureMetrics;
 
 use super::contract::*;
-use super::kernel::Limits;
+use super::kernel::LoadConfig;
 use super::kernel::NumaLayout;
 use super::layer;
 use super::layer::cputime_adjust;
@@ -53,7 +53,7 @@ pub(crate) const PIDS_MAX: u64 = 4 * 1024 * 1024 + 1;
 /// cfs_bandwidth quota without a limit.
 pub(crate) const RUNTIME_INF: u64 = u64::MAX;
 
-/// What decoding needs besides the record: the machine's limits and the
+/// What decoding needs besides the record: the load config and the
 /// last pass's global state.
 pub(crate) struct Decoder {
     /// nr_cpu_ids, nr_node_ids: mask bits past them are not shown.
@@ -72,13 +72,13 @@ pub(crate) struct Decoder {
 pub(crate) type PrevCputime = HashMap<u64, (u64, u64)>;
 
 impl Decoder {
-    /// For the records of a pass: the limits the program was loaded with,
+    /// For the records of a pass: the config the program was loaded with,
     /// the pass's N_MEMORY nodes and clocks.
-    pub(crate) fn new(limits: &Limits, pass: &Pass) -> Self {
+    pub(crate) fn new(config: &LoadConfig, pass: &Pass) -> Self {
         Decoder {
-            cpus: limits.cpus,
-            nodes: limits.nodes,
-            numa: limits.numa,
+            cpus: config.cpus,
+            nodes: config.nodes,
+            numa: config.numa,
             page_size: layer::page_size(),
             memory_nodes: pass.memory_nodes,
             psi_clock: pass.psi_clock,

@@ -197,7 +197,7 @@ pub(crate) fn numa_layout(btf: &KernelBtf) -> Result<NumaLayout> {
 /// allocated for cpumasks), the KF_* kfuncs the kernel's BTF has, and
 /// where memory.numa_stat's values are (None: not served).
 #[derive(Clone, Copy)]
-pub(crate) struct Limits {
+pub(crate) struct LoadConfig {
     pub(crate) cpus: usize,
     pub(crate) nodes: usize,
     pub(crate) kfuncs: u32,
@@ -227,7 +227,7 @@ fn kfuncs_in(btf: &KernelBtf) -> u32 {
     bits
 }
 
-impl Limits {
+impl LoadConfig {
     fn of_this_machine(kfuncs: u32, numa: Option<NumaLayout>) -> Self {
         // "0-3,8": the last id + 1.
         let count = |list: &str| {
@@ -236,7 +236,7 @@ impl Limits {
                 .and_then(|s| s.trim().rsplit([',', '-']).next()?.parse::<usize>().ok())
                 .map_or(1, |last| last + 1)
         };
-        Limits {
+        LoadConfig {
             cpus: count("/sys/devices/system/cpu/possible"),
             nodes: count("/sys/devices/system/node/possible"),
             kfuncs,
@@ -253,7 +253,7 @@ pub(crate) const SWAP_FUNC: &str = "__mem_cgroup_try_charge_swap";
 pub(crate) struct Kernel {
     /// What to load the program with; `numa` only where a record holds
     /// the machine's nodes.
-    pub(crate) limits: Limits,
+    pub(crate) config: LoadConfig,
     /// CONFIG_NUMA: memory.numa_stat exists.
     pub(crate) has_numa_stat: bool,
     /// Where its values are, or why that is not known.
@@ -268,9 +268,9 @@ impl Kernel {
     pub(crate) fn read(btf: &KernelBtf) -> Self {
         let has_numa_stat = btf.enum_values("numa_stat_item").is_some();
         let numa_layout = numa_layout(btf);
-        let mut limits = Limits::of_this_machine(kfuncs_in(btf), None);
-        if has_numa_stat && limits.nodes <= NUMA_NODES {
-            limits.numa = numa_layout.as_ref().ok().copied();
+        let mut config = LoadConfig::of_this_machine(kfuncs_in(btf), None);
+        if has_numa_stat && config.nodes <= NUMA_NODES {
+            config.numa = numa_layout.as_ref().ok().copied();
         }
         let swap_files = match btf.has_func(SWAP_FUNC) {
             true => Ok(()),
@@ -279,7 +279,7 @@ impl Kernel {
             )),
         };
         Kernel {
-            limits,
+            config,
             has_numa_stat,
             numa_layout,
             swap_files,

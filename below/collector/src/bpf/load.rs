@@ -34,7 +34,7 @@ use super::contract::NumaRow;
 use super::contract::Record;
 use super::contract::CPU_WORDS;
 use super::contract::FEAT_PSI_CLOCK;
-use super::kernel::Limits;
+use super::kernel::LoadConfig;
 use super::layer;
 use super::layer::MapView;
 use super::layer::Pod;
@@ -63,7 +63,7 @@ pub(crate) struct Loaded {
     /// Owns the program and maps the link and views use.
     _object: Object,
     capacity: u32,
-    limits: Limits,
+    config: LoadConfig,
     /// BTF to relocate against instead of the running kernel's (tests).
     btf: Option<PathBuf>,
 }
@@ -82,13 +82,22 @@ pub(crate) fn capacity_for(cgroups: u32) -> u32 {
 impl Loaded {
     /// The first load. `btf`: CO-RE relocations against this BTF file,
     /// not the kernel's.
-    pub(crate) fn first(root: BorrowedFd, ids: Limits, btf: Option<&Path>) -> Result<Self> {
-        Self::new(root, FIRST_CAPACITY, ids, btf.map(Path::to_path_buf))
+    pub(crate) fn first(root: BorrowedFd, config: LoadConfig, btf: Option<&Path>) -> Result<Self> {
+        Self::new(root, FIRST_CAPACITY, config, btf.map(Path::to_path_buf))
     }
 
-    fn new(root: BorrowedFd, capacity: u32, ids: Limits, btf: Option<PathBuf>) -> Result<Self> {
+    fn new(
+        root: BorrowedFd,
+        capacity: u32,
+        config: LoadConfig,
+        btf: Option<PathBuf>,
+    ) -> Result<Self> {
         // Rows for the node ids numa_stat can print, none when not served.
-        let numa_nodes = if ids.numa.is_some() { ids.nodes } else { 0 };
+        let numa_nodes = if config.numa.is_some() {
+            config.nodes
+        } else {
+            0
+        };
         let numa_rows = (capacity as usize * numa_nodes).max(1);
         let object = layer::load("cgroup_stats", ELF, btf.as_deref(), |open| {
             layer::open_map(open, "records")?
@@ -98,11 +107,11 @@ impl Loaded {
                 .set_max_entries(u32::try_from(numa_rows)?)
                 .context("Failed to size the numa map")?;
             layer::set_data(open, ".rodata", |rodata: &mut Rodata| {
-                rodata.cpumask_bytes = (ids.cpus.div_ceil(64) * 8).min(CPU_WORDS * 8) as u32;
-                rodata.nr_cpus = ids.cpus as u32;
-                rodata.kfuncs = ids.kfuncs;
-                if let Some(layout) = ids.numa {
-                    rodata.numa_node_ids = ids.nodes as u32;
+                rodata.cpumask_bytes = (config.cpus.div_ceil(64) * 8).min(CPU_WORDS * 8) as u32;
+                rodata.nr_cpus = config.cpus as u32;
+                rodata.kfuncs = config.kfuncs;
+                if let Some(layout) = config.numa {
+                    rodata.numa_node_ids = config.nodes as u32;
                     rodata.numa_idx = layout;
                 }
             })
@@ -121,7 +130,7 @@ impl Loaded {
             bss: MapView::new(&layer::map(&object, ".bss")?)?,
             _object: object,
             capacity,
-            limits: ids,
+            config,
             btf,
         })
     }
@@ -165,14 +174,14 @@ impl Loaded {
                 return Ok(pass);
             }
             let cap = capacity_for(pass.cgroups);
-            *self = Loaded::new(root, cap, self.limits, self.btf.clone())
+            *self = Loaded::new(root, cap, self.config, self.btf.clone())
                 .with_context(|| format!("cannot grow the records map to {cap} cgroups"))?;
         }
     }
 
     /// What the program was loaded with.
-    pub(crate) fn limits(&self) -> &Limits {
-        &self.limits
+    pub(crate) fn config(&self) -> &LoadConfig {
+        &self.config
     }
 
     pub(crate) fn records(&self, n: u32) -> &[Record] {

@@ -134,11 +134,11 @@ impl BpfBackend {
         errors: &mut Vec<FileError>,
     ) -> Result<()> {
         let (cpu, wall) = (layer::thread_cpu_time(), Instant::now());
-        let limits = *self.loaded.limits();
+        let config = *self.loaded.config();
         let by = top.as_ref().map(|t| t.top.by);
         let mut choose = |ix: &Indexed, records: &[Record], pass: &Pass| {
             let ranker = top.as_deref_mut().expect("a rank pass only with top");
-            let decoder = Decoder::new(&limits, pass);
+            let decoder = Decoder::new(&config, pass);
             let by = ranker.top.by;
             crate::top::keep(ranker, ix.table, |j| {
                 sample::rank_value(&decoder, &records[ix.records[j]], by)
@@ -164,7 +164,7 @@ impl BpfBackend {
                 .retain(|_| *k.next().expect("a choice per position"));
             table.retain(keep);
         }
-        let decoder = Decoder::new(&limits, &sampled.pass);
+        let decoder = Decoder::new(&config, &sampled.pass);
         let loaded = &self.loaded;
         let records = loaded.records(sampled.pass.cgroups);
         let mut prev = std::mem::take(&mut self.prev_cputime);

@@ -64,7 +64,7 @@ pub(crate) fn probe_with(root_fd: BorrowedFd, btf: Option<&Path>) -> Probe {
         backend: None,
     };
     let Kernel {
-        limits,
+        config,
         has_numa_stat,
         numa_layout,
         swap_files,
@@ -72,8 +72,8 @@ pub(crate) fn probe_with(root_fd: BorrowedFd, btf: Option<&Path>) -> Probe {
         Ok(btf) => Kernel::read(&btf),
         Err(e) => return fail(format!("{e:#}")),
     };
-    let (cpus, nodes) = (limits.cpus, limits.nodes);
-    let mut loaded = match Loaded::first(root_fd, limits, btf) {
+    let (cpus, nodes) = (config.cpus, config.nodes);
+    let mut loaded = match Loaded::first(root_fd, config, btf) {
         Ok(l) => l,
         Err(e) => return fail(format!("cannot load the cgroup iterator: {e:#}")),
     };
