@@ -234,6 +234,7 @@ pub fn record(logger: &slog::Logger, cfg: &Config, opts: RecordOpts) -> Result<(
                         pass: c.pass,
                         cgroups: Some(c.cgroups),
                         tree: Some(c.tree),
+                        tree_build: c.tree_build,
                         publish: Some(publish),
                         store: write,
                         drop: free,

@@ -26,6 +26,7 @@ use crate::Plan;
 use crate::Snapshot;
 use crate::StatFile;
 use crate::TopN;
+use crate::TreeBuild;
 
 #[derive(Clone, Debug)]
 pub struct Options {
@@ -205,10 +206,10 @@ impl CgroupCollector {
     }
 
     /// below's tree of the last sample: the table's tree, updated in place
-    /// when it holds the same cgroups and was given back. It is out until
-    /// [`CgroupCollector::give_back`] (else the next sample builds a new
-    /// one).
-    pub fn take_tree(&mut self) -> CgroupSample {
+    /// when it holds the same cgroups and was given back, and how it was
+    /// made. It is out until [`CgroupCollector::give_back`] (else the next
+    /// sample builds a new one, and says so).
+    pub fn take_tree(&mut self) -> (CgroupSample, TreeBuild) {
         self.table.take_tree()
     }
 

@@ -55,6 +55,7 @@ pub use crate::read::Walker;
 pub use crate::snapshot::FileError;
 pub use crate::snapshot::Node;
 pub use crate::snapshot::Snapshot;
+pub use crate::table::TreeBuild;
 pub use crate::top::TopBy;
 pub use crate::top::TopN;
 

@@ -17,6 +17,8 @@ use std::collections::BTreeMap;
 
 use model::CgroupSample;
 use regex::Regex;
+use serde::Deserialize;
+use serde::Serialize;
 
 use crate::ids::IdMap;
 use crate::Node;
@@ -35,6 +37,19 @@ pub(crate) struct Row {
     /// The index that last visited it, and its position there.
     seen: u64,
     pos: usize,
+}
+
+/// How [`Table::take_tree`] made the tree it gave.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TreeBuild {
+    /// The tree given back, its samples swapped in: no allocation.
+    InPlace,
+    /// A new tree: the first, or the kept cgroups changed.
+    New,
+    /// A new tree because the last one was not given back: a caller's
+    /// cost, not the cgroups'.
+    NotGivenBack,
 }
 
 /// below's nested tree, kept between samples.
@@ -252,9 +267,16 @@ impl Table {
     /// allocations), else a new one. The tree is out until
     /// [`Table::give_back`]; a sample taken while it is out builds a new
     /// one.
-    pub(crate) fn take_tree(&mut self) -> CgroupSample {
+    pub(crate) fn take_tree(&mut self) -> (CgroupSample, TreeBuild) {
         let generation = self.update_generation();
-        if self.tree.generation == Some(generation) {
+        let how = if self.tree.generation == Some(generation) {
+            TreeBuild::InPlace
+        } else if self.tree.out.is_some() {
+            TreeBuild::NotGivenBack
+        } else {
+            TreeBuild::New
+        };
+        if how == TreeBuild::InPlace {
             let order = &self.tree.order;
             let samples = &mut self.samples;
             let mut next = order.iter();
@@ -276,7 +298,7 @@ impl Table {
         self.tree.generation = None;
         self.tree.lost = self.tree.out.is_some();
         self.tree.out = Some(generation);
-        std::mem::take(&mut self.tree.root)
+        (std::mem::take(&mut self.tree.root), how)
     }
 
     /// Gives back what [`Table::take_tree`] returned, unchanged. When two

@@ -55,7 +55,7 @@ fn node<'a>(t: &'a CgroupSample, path: &[&str]) -> &'a CgroupSample {
 fn builds_nested_tree_from_preorder() {
     let mut t = Table::default();
     index(&mut t, TREE, 0);
-    let root = t.take_tree();
+    let root = t.take_tree().0;
     assert_eq!(root.inode_number, Some(1));
     let top = root.children.as_ref().unwrap();
     assert_eq!(top.keys().collect::<Vec<_>>(), ["a", "b"]);
@@ -78,7 +78,7 @@ fn empty_table_gives_empty_root() {
     let mut t = Table::default();
     index(&mut t, &[], 0);
     assert_eq!(t.len(), 0);
-    assert_eq!(t.take_tree(), CgroupSample::default());
+    assert_eq!(t.take_tree().0, CgroupSample::default());
 }
 
 #[test]
@@ -113,13 +113,15 @@ fn the_filter_skips_subtrees_and_keep_marks_paths() {
 fn same_cgroups_update_the_tree_in_place() {
     let mut t = Table::default();
     index(&mut t, TREE, 7);
-    let root = t.take_tree();
+    let (root, how) = t.take_tree();
+    assert_eq!(how, TreeBuild::New);
     t.give_back(root);
     index(&mut t, TREE, 8);
     // The positions hold what an earlier sample left (the tree's nodes
     // swap with them): a backend may reuse it.
     assert_eq!(t.sample(0).tids_current, Some(8));
-    let root = t.take_tree();
+    let (root, how) = t.take_tree();
+    assert_eq!(how, TreeBuild::InPlace);
     assert_eq!(node(&root, &["a", "x", "deep"]).tids_current, Some(8));
     assert_eq!(node(&root, &["b"]).tids_current, Some(8));
     assert_eq!(node(&root, &["a", "y"]).inode_number, Some(5));
@@ -131,10 +133,11 @@ fn same_cgroups_update_the_tree_in_place() {
 fn a_tree_not_given_back_or_other_cgroups_build_anew() {
     let mut t = Table::default();
     index(&mut t, TREE, 1);
-    let kept_out = t.take_tree();
+    let kept_out = t.take_tree().0;
     // Out for a sample: the next one builds its own.
     index(&mut t, TREE, 2);
-    let root = t.take_tree();
+    let (root, how) = t.take_tree();
+    assert_eq!(how, TreeBuild::NotGivenBack, "said, not silent");
     assert_eq!(node(&root, &["a", "x", "deep"]).tids_current, Some(2));
     assert_eq!(node(&kept_out, &["a", "x", "deep"]).tids_current, Some(1));
     t.give_back(root);
@@ -142,7 +145,8 @@ fn a_tree_not_given_back_or_other_cgroups_build_anew() {
     let mut other = TREE.to_vec();
     other[1] = (9, Some(0), "c");
     index(&mut t, &other, 3);
-    let root = t.take_tree();
+    let (root, how) = t.take_tree();
+    assert_eq!(how, TreeBuild::New, "another shape");
     assert_eq!(
         root.children.as_ref().unwrap().keys().collect::<Vec<_>>(),
         ["a", "c"]
@@ -166,7 +170,7 @@ fn retain_keeps_positions_parents_and_samples() {
     assert_eq!(t.position(3), Some(2));
     assert_eq!(t.position(6), None, "left out");
     assert!(t.knows(6), "but still seen: its rate history stays");
-    let root = t.take_tree();
+    let root = t.take_tree().0;
     assert_eq!(node(&root, &["a", "x", "deep"]).inode_number, Some(4));
     assert!(!root.children.as_ref().unwrap().contains_key("b"));
 }
@@ -190,15 +194,15 @@ fn truncate_takes_back_a_removed_subtree() {
 fn of_two_trees_out_none_comes_back() {
     let mut t = Table::default();
     index(&mut t, TREE, 1);
-    let first = t.take_tree();
+    let first = t.take_tree().0;
     let mut other = TREE.to_vec();
     other.pop();
     index(&mut t, &other, 2);
-    let _second = t.take_tree();
+    let _second = t.take_tree().0;
     // The older one (another shape) must not be updated as the newer.
     t.give_back(first);
     index(&mut t, &other, 3);
-    let root = t.take_tree();
+    let root = t.take_tree().0;
     assert_eq!(node(&root, &["a", "x"]).tids_current, Some(3));
     assert_eq!(node(&root, &["a", "x"]).children, Some(BTreeMap::new()));
 }

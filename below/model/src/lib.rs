@@ -14,6 +14,7 @@ use std::time::SystemTime;
 use anyhow::Result;
 use bstats_collector::CgroupCollector;
 use bstats_collector::Snapshot;
+use bstats_collector::TreeBuild;
 use model::Model;
 use model::Sample;
 use serde::Deserialize;
@@ -98,6 +99,9 @@ pub struct SampleCost {
     pub cgroups: Option<Phase>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tree: Option<Phase>,
+    /// How the tree was made (a new one costs more than an update).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tree_build: Option<TreeBuild>,
     /// Handing the sample to the metrics endpoint.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub publish: Option<Phase>,
@@ -156,7 +160,11 @@ impl std::fmt::Display for SampleCost {
         for (name, p) in &named {
             write!(f, " {}={:.2}", name, ms(p.wall))?;
         }
-        write!(f, "; process cpu ms {:.2}", ms(self.process_cpu))
+        write!(f, "; process cpu ms {:.2}", ms(self.process_cpu))?;
+        match self.tree_build {
+            Some(TreeBuild::InPlace) | None => Ok(()),
+            Some(how) => write!(f, "; tree {how:?}"),
+        }
     }
 }
 
@@ -171,6 +179,8 @@ pub struct SampleTimes {
     pub cgroups: Phase,
     /// Taking the tree out for the sample.
     pub tree: Phase,
+    /// How it was made (None before the first sample).
+    pub tree_build: Option<TreeBuild>,
     /// below's own collector (procfs, system, network).
     pub rest: Phase,
 }
@@ -259,7 +269,8 @@ impl Collector {
                 snap.dropped
             );
         }
-        sample.cgroup = self.cgroups.take_tree();
+        let (tree, build) = self.cgroups.take_tree();
+        sample.cgroup = tree;
         self.times = SampleTimes {
             pass: self
                 .cgroups
@@ -268,6 +279,7 @@ impl Collector {
             rest,
             cgroups,
             tree: lap.lap(),
+            tree_build: Some(build),
         };
         Ok(sample)
     }

@@ -53,7 +53,7 @@ fn ours(root: &Path) -> CgroupSample {
     .unwrap();
     let snap = c.sample();
     assert!(snap.errors.is_empty(), "{:?}", snap.errors);
-    let mut t = c.take_tree();
+    let (mut t, _) = c.take_tree();
     without_pressure_avgs(&mut t);
     t
 }

@@ -893,7 +893,7 @@ fn run(
         });
         let snap = c.sample();
         let since_before_us = read_before.elapsed().as_micros() as i128;
-        let mut sample = c.take_tree();
+        let (mut sample, _) = c.take_tree();
         // Pressure first: the shorter after a quiet sample, the less
         // likely the kernel's 2 s update falls in between.
         let after_p = walker.read_all(quiet_files);
