@@ -231,6 +231,16 @@ fn a_newcomer_to_the_top_takes_a_wanted_pass() {
     assert_eq!(m.modes, [PASS_RANK, PASS_WANTED]);
 }
 
+/// A cgroup made under the root between two passes.
+fn idle_child(id: u64) -> Cgroup {
+    Cgroup {
+        id,
+        parent: 1,
+        level: 1,
+        value: 0,
+    }
+}
+
 #[test]
 fn the_tree_moving_before_the_wanted_pass_takes_a_full_pass() {
     let mut m = Model::new(tree(6), 8);
@@ -238,17 +248,7 @@ fn the_tree_moving_before_the_wanted_pass_takes_a_full_pass() {
     // shifts them into other slots.
     m.change = Some((
         1,
-        Box::new(|t: &mut Vec<Cgroup>| {
-            t.insert(
-                1,
-                Cgroup {
-                    id: 9,
-                    parent: 1,
-                    level: 1,
-                    value: 0,
-                },
-            )
-        }),
+        Box::new(|t: &mut Vec<Cgroup>| t.insert(1, idle_child(9))),
     ));
     let mut view = All::default();
     assert_eq!(ranked(&mut m, &mut view, 2), [1, 5, 6]);
@@ -259,17 +259,7 @@ fn the_tree_moving_before_the_wanted_pass_takes_a_full_pass() {
 #[test]
 fn a_cgroup_made_at_the_end_before_the_wanted_pass_takes_a_full_pass() {
     let mut m = Model::new(tree(6), 8);
-    m.change = Some((
-        1,
-        Box::new(|t: &mut Vec<Cgroup>| {
-            t.push(Cgroup {
-                id: 7,
-                parent: 1,
-                level: 1,
-                value: 0,
-            })
-        }),
-    ));
+    m.change = Some((1, Box::new(|t: &mut Vec<Cgroup>| t.push(idle_child(7)))));
     let mut view = All::default();
     assert_eq!(ranked(&mut m, &mut view, 2), [1, 5, 6]);
     assert_eq!(m.modes, [PASS_RANK, PASS_WANTED, PASS_FULL]);
