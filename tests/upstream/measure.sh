@@ -185,7 +185,7 @@ memlock() {
 
 # run KEY BIN ROUND: one recorder, one line of results in $work/runs.
 run() {
-  local key=$1 bin=$2 dir=$work/$1-$3 n0 n t0 c0 b0 mapfds mem lo hi c1 b1 n1 passes
+  local key=$1 bin=$2 dir=$work/$1-$3 n0 n t0 c0 b0 mapfds mem lo hi c1 b1 n1
   local ns0 cnt0 names0 maps0 ns1 cnt1 names1 maps1
   mkdir -p "$dir"
   printf 'store_dir = "%s"\nlog_dir = "%s"\ncgroup_root = "%s"\nenable_cgroup_bpf = true\n' \
@@ -216,20 +216,21 @@ run() {
     [ "$mem" -ge "$lo" ] || lo=$mem
     [ "$mem" -le "$hi" ] || hi=$mem
   done
+  # The CPU at once, as at the start: the window's samples are n - n0.
   c1=$(cpu_ticks $rec)
+  n1=$n
   b1=$(progs $rec)
-  n1=$(written "$dir/store")
   read -r ns1 cnt1 names1 maps1 <<< "$b1"
   [ "$(mapfds $rec "$maps1")" = "$mapfds" ] || echo "measure: $key: its maps changed in the window" >&2
   kill $rec
   wait $rec || true
   rec=
   [ "$names0" = "$names1" ] || echo "measure: $key: its programs changed in the window ($names0, then $names1)" >&2
-  passes=$(((cnt1 - cnt0) / (walked + 1)))
   # key round samples cpu_ms passes bpf_ms_per_pass lo_kib hi_kib programs
-  awk -v k="$key" -v r="$3" -v s=$((n1 - n0)) -v t=$((c1 - c0)) -v hz="$hz" -v p="$passes" \
-      -v ns=$((ns1 - ns0)) -v lo="$lo" -v hi="$hi" -v names="$names1" 'BEGIN {
-    printf "%s %s %d %.1f %d %.2f %.0f %.0f %s\n", k, r, s, s ? t * 1000 / hz / s : 0, p,
+  awk -v k="$key" -v r="$3" -v s=$((n1 - n0)) -v t=$((c1 - c0)) -v hz="$hz" -v runs=$((cnt1 - cnt0)) \
+      -v w="$walked" -v ns=$((ns1 - ns0)) -v lo="$lo" -v hi="$hi" -v names="$names1" 'BEGIN {
+    p = runs / (w + 1)
+    printf "%s %s %d %.1f %.1f %.2f %.0f %.0f %s\n", k, r, s, s ? t * 1000 / hz / s : 0, p,
       p ? ns / p / 1e6 : 0, lo / 1024, hi / 1024, names }' >> "$work/runs"
   tail -n 1 "$work/runs" >&2
   rm -rf "$dir/store"
@@ -281,7 +282,7 @@ END {
   printf "| run             | samples | CPU ms / sample | BPF passes | BPF ms / pass | map KiB seen | programs |\n"
   printf "| --------------- | ------: | --------------: | ---------: | ------------: | -----------: | -------- |\n"
   for (i = 1; i <= runs; i++)
-    printf "| %-7s round %d | %7d | %15.1f | %10d | %13.2f | %12s | %s |\n", key[i], v[i, 2], v[i, 3], v[i, 4], v[i, 5], v[i, 6],
+    printf "| %-7s round %d | %7d | %15.1f | %10.1f | %13.2f | %12s | %s |\n", key[i], v[i, 2], v[i, 3], v[i, 4], v[i, 5], v[i, 6],
       v[i, 7] == v[i, 8] ? v[i, 8] : v[i, 7] "-" v[i, 8], v[i, 9]
   printf "\nMedian (min-max) over the rounds; cgroup_mutex is held at least the BPF time per pass:\n\n"
   printf "| below main      | CPU ms / sample       | BPF ms / pass (cgroup_mutex held >=) | map KiB seen |\n"
