@@ -36,3 +36,4 @@ tests/vm/run.sh --kernel "$img" --timeout "$timeout" --mem 4G --out "$out" \
   -- sh -c 'bash /measure.sh "$@" /below-stock /below-patched > /out/measure.txt 2> /out/measure.log' sh "$@" \
   > "$out/console.log" 2>&1 || { tail -n 30 "$out/console.log" >&2; tail -n 5 "$out/measure.log" >&2 || true; exit 1; }
 cat "$out/measure.txt"
+log "measure.sh $* in $kernel: ${SECONDS} s"
