@@ -161,7 +161,7 @@ progs() {
     cnt=$((cnt + $(jq '.run_cnt // 0' <<< "$j")))
     names+="${names:+,}$(jq -r .name <<< "$j")"
     maps+="${maps:+,}$(jq -r '.map_ids // [] | join(",")' <<< "$j")"
-  done < <(fdinfo "$1" bpf_link prog_id target_name | sort -u -k2,2n)
+  done <<< "$(fdinfo "$1" bpf_link prog_id target_name | sort -u -k2,2n)"
   echo "$ns $cnt ${names:-none} ,$maps,"
 }
 
@@ -170,7 +170,7 @@ mapfds() {
   local fd id
   while read -r fd id; do
     [[ $2 != *",$id,"* ]] || echo "$fd"
-  done < <(fdinfo "$1" bpf-map map_id | sort -u -k2,2n)
+  done <<< "$(fdinfo "$1" bpf-map map_id | sort -u -k2,2n)"
 }
 
 # memlock PID FD...: bytes of memlock of PID's map fds FD...
