@@ -3,7 +3,7 @@
 # Runs tests/upstream/measure.sh (stock below main against below main with
 # the reader series) in a guest of tests/vm (default debian-7.3, 2 vCPUs,
 # 4 GiB) and prints its report, also kept as DIR/measure.txt (DIR defaults
-# to target/measure-<kernel>; DIR/measure.log: its progress). MEASURE ARGS
+# to target/measure-<kernel>; its progress: DIR/measure.log and the console). MEASURE ARGS
 # go to measure.sh (-n, -r, -s). The binaries: $BELOW_MAIN_BIN and
 # $BELOW_MAIN_SERIES_BIN, else tests/upstream/binaries.sh's.
 set -euo pipefail
@@ -33,7 +33,7 @@ tests/vm/run.sh --kernel "$img" --timeout "$timeout" --mem 4G --out "$out" \
   --add tests/upstream/measure.sh:/measure.sh --add "$stock:/below-stock" --add "$patched:/below-patched" \
   --add "$(command -v bash):/bin/bash" --add "$(command -v jq):/usr/local/bin/jq" \
   --add "$(command -v bpftool):/usr/local/bin/bpftool" --add "$(command -v getconf):/usr/local/bin/getconf" \
-  -- sh -c 'bash /measure.sh "$@" /below-stock /below-patched > /out/measure.txt 2> /out/measure.log' sh "$@" \
+  -- sh -c 'set -o pipefail; bash /measure.sh "$@" /below-stock /below-patched 2>&1 > /out/measure.txt | tee /out/measure.log' sh "$@" \
   > "$out/console.log" 2>&1 || { tail -n 30 "$out/console.log" >&2; tail -n 5 "$out/measure.log" >&2 || true; exit 1; }
 cat "$out/measure.txt"
 log "measure.sh $* in $kernel: ${SECONDS} s"
