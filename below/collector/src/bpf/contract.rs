@@ -247,5 +247,4 @@ macro_rules! psi_rows {
 include!(concat!(env!("OUT_DIR"), "/contract.rs"));
 
 #[cfg(test)]
-#[path = "contract_test.rs"]
-mod test;
+mod tests;

@@ -296,5 +296,4 @@ pub(crate) fn name(r: &Record) -> String {
 }
 
 #[cfg(test)]
-#[path = "decode_test.rs"]
-pub(crate) mod test;
+pub(crate) mod tests;

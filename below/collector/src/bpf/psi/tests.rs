@@ -21,9 +21,9 @@
 
 use super::super::contract::PSI_ROWS;
 use super::super::decode::load_avg;
-use super::super::decode::test::decoder;
-use super::super::decode::test::full;
-use super::super::decode::test::slot;
+use super::super::decode::tests::decoder;
+use super::super::decode::tests::full;
+use super::super::decode::tests::slot;
 use super::*;
 
 /// HZ=250: jiffies_to_nsecs(2 * HZ + 1).
