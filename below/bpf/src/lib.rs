@@ -12,7 +12,7 @@
 // See the License for the specific language governing permissions and
 // limitations under the License.
 
-//! The one BPF layer of our programs (cgroup_stats, exitstats, ...):
+//! A small layer over libbpf-rs for loading and reading BPF programs:
 //!
 //! - Load: `load(NAME, ELF, btf.custom_path(), |open| { open_map(open, "m")?.set_max_entries(n)?;
 //!   set_data(open, ".rodata", |r: &mut Rodata| r.x = 1) })` gives an owned libbpf_rs
