@@ -30,9 +30,9 @@ use crate::defs::Unit;
 use crate::defs::Val;
 use crate::defs::CPU_MODES;
 use crate::defs::DEFS;
+use crate::Exported;
 use crate::Filters;
 use crate::Rendered;
-use crate::Exported;
 
 /// Series the exporter always serves about itself, counted in the cap:
 /// `below_exporter_dropped_series_total` and `below_sample_timestamp_seconds`.

@@ -12,10 +12,10 @@ use prometheus_client::metrics::MetricType;
 
 use crate::render::render;
 use crate::render::to_text_format;
+use crate::Exported;
 use crate::Filters;
 use crate::Group;
 use crate::Options;
-use crate::Exported;
 
 fn cg(usage: u64, children: Vec<(&str, CgroupSample)>) -> CgroupSample {
     CgroupSample {
