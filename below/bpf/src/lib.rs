@@ -12,11 +12,11 @@
 // See the License for the specific language governing permissions and
 // limitations under the License.
 
-//! The one BPF layer of our programs (cgroup_stats, exitstats, ...):
+//! A small layer over libbpf-rs for loading and reading BPF programs:
 //!
 //! - Load: `load(NAME, ELF, btf.custom_path(), |open| { open_map(open, "m")?.set_max_entries(n)?;
 //!   set_data(open, ".rodata", |r: &mut Rodata| r.x = 1) })` gives an owned libbpf_rs
-//!   `Object`; a failure says why (the verifier's verdict, a failed CO-RE relocation, libbpf).
+//!   `Object`; a failure says why (the verifier's verdict, a failed CO-RE relocation, else libbpf's error).
 //! - Programs and maps by name: `prog(&obj, "p")?.attach()`, `map(&obj, "m")`, `map(&obj, ".bss")`.
 //! - Iterator: `run_iter(&link, &mut out)` runs one pass to its end (`out`: what it printed).
 //! - Shared memory: `MapView::<T>::new(&map)?` mmaps an array map (`get`, `update`, `slice`);
@@ -24,7 +24,6 @@
 //! - BTF: `KernelBtf::open(None)` checks it once: `has_func` (kfuncs), `has_typedef`, `enum_values`.
 //! - Decoding: `cputime_adjust`, `c_string`, `page_size`, `thread_cpu_time`, `process_cpu_time`.
 
-use std::cell::RefCell;
 use std::ffi::CString;
 use std::io::ErrorKind;
 use std::io::Read;
@@ -34,7 +33,6 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::path::PathBuf;
 use std::ptr::NonNull;
-use std::sync::OnceLock;
 use std::time::Duration;
 
 use anyhow::bail;
@@ -50,8 +48,6 @@ use libbpf_rs::MapCore;
 use libbpf_rs::Object;
 use libbpf_rs::OpenMapMut;
 use libbpf_rs::OpenObject;
-use libbpf_rs::PrintCallback;
-use libbpf_rs::PrintLevel;
 use libbpf_rs::ProgramMut;
 
 /// Plain data shared with a BPF program: `#[repr(C)]`, every bit pattern
@@ -75,46 +71,6 @@ pub fn read<T: Pod>(bytes: &[u8]) -> Option<T> {
         .then(|| unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<T>()) })
 }
 
-thread_local! {
-    /// libbpf's messages while this thread loads an object (None: it does
-    /// not): libbpf prints on the thread that calls it.
-    static LOADING: RefCell<Option<Vec<String>>> = const { RefCell::new(None) };
-}
-
-/// The print hook found when ours was installed: messages outside a load
-/// go there as before.
-static OTHER_HOOK: OnceLock<Option<(PrintLevel, PrintCallback)>> = OnceLock::new();
-
-fn route_libbpf_message(level: PrintLevel, msg: String) {
-    let msg = LOADING.with(|l| match l.borrow_mut().as_mut() {
-        Some(kept) => {
-            if level <= PrintLevel::Warn && kept.len() < 64 {
-                kept.push(msg.trim_end().to_owned());
-            }
-            None
-        }
-        None => Some(msg),
-    });
-    let hook = OTHER_HOOK
-        .get()
-        .and_then(|h| *h)
-        .filter(|(max, _)| level <= *max);
-    if let (Some(msg), Some((_, hook))) = (msg, hook) {
-        hook(level, msg);
-    }
-}
-
-/// Installs the process-wide hook once and never swaps it: loads on two
-/// threads each keep their own messages.
-fn install_print_hook() {
-    OTHER_HOOK.get_or_init(|| {
-        let other = libbpf_rs::get_print();
-        let level = other.map_or(PrintLevel::Warn, |(l, _)| l.max(PrintLevel::Warn));
-        libbpf_rs::set_print(Some((level, route_libbpf_message)));
-        other
-    });
-}
-
 /// The verifier log's first size; a full log (the kernel cut it) loads
 /// again with one 16 times larger, up to the last.
 const FIRST_LOG_SIZE: usize = 1 << 20;
@@ -133,7 +89,6 @@ pub fn load(
     btf: Option<&Path>,
     mut setup: impl FnMut(&mut OpenObject) -> Result<()>,
 ) -> Result<Object> {
-    install_print_hook();
     let name = CString::new(name).context("object name with a NUL byte")?;
     let btf = btf
         .map(|p| CString::new(p.as_os_str().as_bytes()))
@@ -142,9 +97,7 @@ pub fn load(
     let mut size = FIRST_LOG_SIZE;
     loop {
         let mut log = vec![0u8; size];
-        LOADING.with(|l| *l.borrow_mut() = Some(Vec::new()));
         let loaded = open_and_load(&name, elf, btf.as_deref(), &mut log, &mut setup);
-        let messages = LOADING.with(|l| l.borrow_mut().take()).unwrap_or_default();
         let e = match loaded {
             Ok(obj) => return Ok(obj),
             Err(Failure::Setup(e)) => return Err(e),
@@ -154,9 +107,9 @@ pub fn load(
         if len + 1 < size || size >= LAST_LOG_SIZE {
             let log = String::from_utf8_lossy(&log[..len]);
             // libbpf's error stays in the chain for callers to match.
-            return Err(match failure_reason(&log, &messages) {
-                why if why.is_empty() => anyhow::Error::new(e),
-                why => anyhow::Error::new(e).context(why),
+            return Err(match verifier_verdict(&log) {
+                Some(why) => anyhow::Error::new(e).context(why),
+                None => anyhow::Error::new(e),
             });
         }
         size *= 16;
@@ -198,19 +151,18 @@ fn open_and_load(
     open.load().map_err(Failure::Libbpf)
 }
 
-/// Why a load failed: the verifier's verdict (the last two lines of its
-/// log before "processed N insns"; libbpf rewrites a poisoned call into
-/// the CO-RE relocation or kfunc that failed), else libbpf's last message.
-fn failure_reason(log: &str, messages: &[String]) -> String {
+/// Why the verifier rejected a program: the last two lines of its log
+/// before "processed N insns" (libbpf rewrites a poisoned call into the
+/// CO-RE relocation or kfunc that failed). None when it never ran: libbpf
+/// failed first and printed why through its print callback, which stays
+/// the process's.
+fn verifier_verdict(log: &str) -> Option<String> {
     let lines: Vec<&str> = log
         .lines()
         .take_while(|l| !l.starts_with("processed "))
         .filter(|l| !l.trim().is_empty())
         .collect();
-    match lines.len() {
-        n if n >= 2 => lines[n - 2..].join(" / "),
-        _ => messages.last().cloned().unwrap_or_default(),
-    }
+    (lines.len() >= 2).then(|| lines[lines.len() - 2..].join(" / "))
 }
 
 /// A map of an opened object, to size it before the load.

@@ -23,15 +23,24 @@ use cgroupfs::MemoryEventsLocal;
 use cgroupfs::MemoryNumaStat;
 use cgroupfs::MemoryStat;
 
+// The skeleton, the compiled object and the tables (at the end) are
+// build.rs's output in the open-source build; fbcode builds them with buck:
+// the skeleton as the crate `cgroup_stats`, the other two as the files its
+// rule names in CGROUP_STATS_BPF_O and CGROUP_STATS_CONTRACT.
+#[cfg(fbcode_build)]
+pub(crate) use ::cgroup_stats as skel;
 // libbpf-cargo's output: its unwrap()s are not ours to change.
+#[cfg(not(fbcode_build))]
 #[allow(clippy::unwrap_used)]
 pub(crate) mod skel {
     include!(concat!(env!("OUT_DIR"), "/cgroup_stats.skel.rs"));
 }
 
-/// The compiled BPF object, for its BTF.
-#[cfg(test)]
-const OBJECT: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/cgroup_stats.bpf.o"));
+/// The compiled BPF object: what is loaded, and its BTF.
+#[cfg(fbcode_build)]
+pub(crate) const OBJECT: &[u8] = include_bytes!(env!("CGROUP_STATS_BPF_O"));
+#[cfg(not(fbcode_build))]
+pub(crate) const OBJECT: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/cgroup_stats.bpf.o"));
 
 pub(crate) use skel::types::numa_row as NumaRow;
 pub(crate) use skel::types::record as Record;
@@ -244,8 +253,10 @@ macro_rules! psi_rows {
     };
 }
 
+#[cfg(fbcode_build)]
+include!(env!("CGROUP_STATS_CONTRACT"));
+#[cfg(not(fbcode_build))]
 include!(concat!(env!("OUT_DIR"), "/contract.rs"));
 
 #[cfg(test)]
-#[path = "contract_test.rs"]
-mod test;
+mod tests;

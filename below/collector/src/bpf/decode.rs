@@ -235,8 +235,8 @@ pub(crate) fn cpu_weight(shares: u64) -> u32 {
 
 impl Decoder {
     /// The pressure files as a read at the pass would print them (the
-    /// averages as stored when the pass has no clock: the plan reads
-    /// text then).
+    /// averages as stored when the pass has no clock: callers read the
+    /// files then).
     pub(crate) fn pressure(&self, r: &Record) -> Pressure {
         let mut avg = r.psi_avg;
         if let Some(clock) = self.psi_clock {
@@ -296,5 +296,4 @@ pub(crate) fn name(r: &Record) -> String {
 }
 
 #[cfg(test)]
-#[path = "decode_test.rs"]
-pub(crate) mod test;
+pub(crate) mod tests;

@@ -22,6 +22,7 @@ use std::os::fd::BorrowedFd;
 
 use anyhow::anyhow;
 use anyhow::bail;
+use anyhow::Context;
 use anyhow::Result;
 use libbpf_rs::btf::types;
 use libbpf_rs::btf::BtfKind;
@@ -290,12 +291,14 @@ impl Kernel {
 /// Whether this boot has memory.swap.* and .zswap.* (swapaccount=0 or
 /// cgroup.memory=noswap leave them out on some kernels), from a cgroup
 /// under `root` with the memory controller: the files are the same in
-/// every such cgroup. With none, as CONFIG_SWAP says.
+/// every such cgroup. When no cgroup tells (none has the controller, the
+/// root cannot be listed), the files are left to the reader, which shows
+/// them as the kernel has them: values BPF served where the files do not
+/// exist would be made up.
 pub(crate) fn swap_files_this_boot(root: BorrowedFd) -> Result<()> {
     let dir = format!("/proc/self/fd/{}", root.as_raw_fd());
-    let Ok(children) = std::fs::read_dir(&dir) else {
-        return Ok(());
-    };
+    let children = std::fs::read_dir(&dir)
+        .with_context(|| format!("cannot tell whether this boot has memory.swap.*: {dir}"))?;
     for child in children.flatten() {
         let path = child.path();
         if path.join("memory.current").exists() {
@@ -309,5 +312,5 @@ pub(crate) fn swap_files_this_boot(root: BorrowedFd) -> Result<()> {
             );
         }
     }
-    Ok(())
+    bail!("cannot tell whether this boot has memory.swap.*: no cgroup has the memory controller")
 }

@@ -34,13 +34,11 @@ use super::contract::NumaRow;
 use super::contract::Record;
 use super::contract::CPU_WORDS;
 use super::contract::FEAT_PSI_CLOCK;
+use super::contract::OBJECT;
 use super::kernel::LoadConfig;
 use super::layer;
 use super::layer::MapView;
 use super::layer::Pod;
-
-/// The compiled program (build.rs).
-const ELF: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/cgroup_stats.bpf.o"));
 
 // SAFETY: the skeleton's #[repr(C)] types of the object's record and data
 // sections: integers and arrays of them.
@@ -99,7 +97,7 @@ impl Loaded {
             0
         };
         let numa_rows = (capacity as usize * numa_nodes).max(1);
-        let object = layer::load("cgroup_stats", ELF, btf.as_deref(), |open| {
+        let object = layer::load("cgroup_stats", OBJECT, btf.as_deref(), |open| {
             layer::open_map(open, "records")?
                 .set_max_entries(capacity)
                 .context("Failed to size the records map")?;

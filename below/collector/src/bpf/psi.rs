@@ -107,5 +107,4 @@ pub(crate) fn update_averages(r: &Record, clock: PsiClock, avg: &mut [[u64; 3]])
 }
 
 #[cfg(test)]
-#[path = "psi_test.rs"]
-mod test;
+mod tests;

@@ -1,9 +1,9 @@
 //! A record as below 0.9's sample: which files appear (wanted, the
-//! record's HAS_* flags, the root). The values and units are decode_test's.
+//! record's HAS_* flags, the root). The values and units are decode::tests'.
 
 use std::collections::BTreeSet;
 
-use super::super::decode::test::*;
+use super::super::decode::tests::*;
 use super::*;
 use crate::FileSet;
 

@@ -21,9 +21,9 @@
 
 use super::super::contract::PSI_ROWS;
 use super::super::decode::load_avg;
-use super::super::decode::test::decoder;
-use super::super::decode::test::full;
-use super::super::decode::test::slot;
+use super::super::decode::tests::decoder;
+use super::super::decode::tests::full;
+use super::super::decode::tests::slot;
 use super::*;
 
 /// HZ=250: jiffies_to_nsecs(2 * HZ + 1).
@@ -127,7 +127,7 @@ fn decoded_as_the_file_prints_them() {
         (Some(1.21), Some(7.76), Some(3.06))
     );
     assert_eq!(m.total, Some(AVG_TOTAL / 1000));
-    // Without a clock (the plan reads text then): as stored.
+    // Without a clock (callers read the files then): as stored.
     d.psi_clock = None;
     let m = d.pressure(&r).memory.some;
     assert_eq!(m.avg10, Some(load_avg(STORED[0])));
