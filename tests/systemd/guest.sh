@@ -37,10 +37,12 @@ wait_for() {
 
 prop() { systemctl show -P "$1" below; }
 
-# Timestamps of the samples recorded since $1 (and until $2, if given).
+# Timestamps of the samples recorded since $1 (and until $2, if given). The
+# range is filtered here: with nothing at or after -b, dump starts at the
+# last sample before it (a warning only).
 samples() {
   below dump system -b "$1" ${2:+-e "$2"} -f timestamp -O csv --disable-title 2>/dev/null |
-    grep -E '^[0-9]+,' | cut -d, -f1
+    grep -E '^[0-9]+,' | cut -d, -f1 | awk -v b="$1" -v e="${2:-}" '$1 >= b && (e == "" || $1 <= e)'
 }
 has_samples() { [ "$(samples "$1" | wc -l)" -ge "$2" ]; }
 
@@ -162,7 +164,8 @@ kill_restart() {
 gap() {
   wait_for 90 has_samples "$T_BACK" 2 || { DETAIL="no samples after the restart"; return 1; }
   samples "$T_RUN2" "$(date +%s)" >/out/gap.txt || { DETAIL="dump over the gap failed"; return 1; }
-  before=$(awk -v k="$T_KILL" '$1 < k' /out/gap.txt | wc -l)
+  # a sample stamped in the second of the kill was written before it
+  before=$(awk -v k="$T_KILL" '$1 <= k' /out/gap.txt | wc -l)
   after=$(awk -v b="$T_BACK" '$1 >= b' /out/gap.txt | wc -l)
   runs=$(below backends --json | jq --argjson t "$T_RUN2" '[.[] | select(.since >= $t)] | length')
   cg=$(below dump cgroup -b "$T_RUN2" -e "$(date +%s)" -f timestamp full_path -O csv --disable-title | grep -c ',/system.slice/below.service,')
