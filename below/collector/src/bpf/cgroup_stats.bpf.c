@@ -96,16 +96,16 @@ extern void bpf_mem_cgroup_flush_stats(struct mem_cgroup *memcg) __ksym __weak;
 /* Every controller of the list, as a flavor of the kernel's enum: CO-RE
  * tells which ones this kernel has (ids and presence depend on config,
  * and this vmlinux.h may lack some). */
-#define SUBSYS_OPT(name) name##_cgrp_id___bstats,
-enum cgroup_subsys_id___bstats { CONTROLLERS(SUBSYS_OPT) };
+#define SUBSYS_OPT(name) name##_cgrp_id___local,
+enum cgroup_subsys_id___local { CONTROLLERS(SUBSYS_OPT) };
 
 /* The flavors KERNEL_FACTS are checked through: the members read. */
-struct task_group___bstats {
+struct task_group___local {
 	unsigned long shares;
 	struct cfs_bandwidth cfs_bandwidth;
 } __attribute__((preserve_access_index));
 
-struct cfs_bandwidth___bstats {
+struct cfs_bandwidth___local {
 	ktime_t period;
 	__u64 quota;
 	int nr_periods;
@@ -113,7 +113,7 @@ struct cfs_bandwidth___bstats {
 	__u64 throttled_time;
 } __attribute__((preserve_access_index));
 
-struct pids_cgroup___bstats {
+struct pids_cgroup___local {
 	atomic64_t counter;
 	atomic64_t limit;
 } __attribute__((preserve_access_index));
@@ -130,13 +130,13 @@ struct cpuset___embedded {
 	struct cpumask effective_cpus[1];
 } __attribute__((preserve_access_index));
 
-struct cpuset___bstats {
+struct cpuset___local {
 	nodemask_t mems_allowed;
 	nodemask_t effective_mems;
 } __attribute__((preserve_access_index));
 
 /* zswap_max needs CONFIG_ZSWAP. */
-struct mem_cgroup___bstats {
+struct mem_cgroup___local {
 	struct page_counter memory;
 	struct page_counter swap;
 	unsigned long zswap_max;
@@ -146,7 +146,7 @@ struct mem_cgroup___bstats {
 	struct mem_cgroup_per_node *nodeinfo[0];
 } __attribute__((preserve_access_index));
 
-struct page_counter___bstats {
+struct page_counter___local {
 	atomic_long_t usage;
 	unsigned long min;
 	unsigned long low;
@@ -156,21 +156,21 @@ struct page_counter___bstats {
 
 /* A pointer since 6.10: the lruvec_stats older kernels embed does not
  * match it. */
-struct mem_cgroup_per_node___bstats {
+struct mem_cgroup_per_node___local {
 	struct lruvec_stats *lruvec_stats;
 } __attribute__((preserve_access_index));
 
-struct lruvec_stats___bstats {
+struct lruvec_stats___local {
 	long state[1];
 } __attribute__((preserve_access_index));
 
-enum node_states___bstats { N_MEMORY___bstats };
+enum node_states___local { N_MEMORY___local };
 
-#define HAVE_FIELD(type, name) bpf_core_field_exists(struct type##___bstats, name)
+#define HAVE_FIELD(type, name) bpf_core_field_exists(struct type##___local, name)
 #define HAVE_CPUMASK(type, name)                                                      \
 	(bpf_core_field_exists(struct type##___ptr, name) ||                          \
 	 bpf_core_field_exists(struct type##___embedded, name))
-#define HAVE_ENUMVAL(type, name) bpf_core_enum_value_exists(enum type##___bstats, name##___bstats)
+#define HAVE_ENUMVAL(type, name) bpf_core_enum_value_exists(enum type##___local, name##___local)
 
 /* have_<fact>(): a constant once libbpf relocated it, so the verifier
  * drops the reads of what this kernel lacks (libbpf poisons them). */
@@ -186,7 +186,7 @@ static __always_inline bool have_memcg_kfuncs(void)
 	return kfuncs & KF_MEMCG;
 }
 
-#define SUBSYS_ID(name) bpf_core_enum_value(enum cgroup_subsys_id___bstats, name##_cgrp_id___bstats)
+#define SUBSYS_ID(name) bpf_core_enum_value(enum cgroup_subsys_id___local, name##_cgrp_id___local)
 
 /* The cgroup's own css of controller `name`; NULL where the kernel has
  * no such controller. */
@@ -194,7 +194,7 @@ static __always_inline bool have_memcg_kfuncs(void)
 	(have_##name##_ctrl() ? (void *)BPF_CORE_READ(cgrp, subsys[SUBSYS_ID(name)]) : NULL)
 
 #define CTRL(name)                                                                    \
-	if (bpf_core_enum_value_exists(enum cgroup_subsys_id___bstats, name##_cgrp_id___bstats) && \
+	if (bpf_core_enum_value_exists(enum cgroup_subsys_id___local, name##_cgrp_id___local) && \
 	    (kmask & (1U << SUBSYS_ID(name))))                                         \
 		m |= 1U << CTRL_##name;
 
@@ -209,7 +209,7 @@ static __always_inline __u32 ctrl_mask(__u32 kmask)
 
 /* u16 in 6.1, u32 in 7.x: read as u32. A u16 kernel's high half is
  * subtree_ss_mask, whose bits ctrl_mask() never tests (ids below 16). */
-struct cgroup___bstats {
+struct cgroup___local {
 	__u32 subtree_control;
 } __attribute__((preserve_access_index));
 
@@ -233,11 +233,11 @@ static __always_inline void fill_tree(struct record *r, struct cgroup *cgrp)
 	r->nr_descendants = BPF_CORE_READ(cgrp, nr_descendants);
 	r->nr_dying_descendants = BPF_CORE_READ(cgrp, nr_dying_descendants);
 	r->subtree_control =
-		ctrl_mask(BPF_CORE_READ((struct cgroup___bstats *)cgrp, subtree_control));
+		ctrl_mask(BPF_CORE_READ((struct cgroup___local *)cgrp, subtree_control));
 	/* cgroup.controllers: what the parent enabled; the root shows its
 	 * hierarchy's controllers. Threaded cgroups get threaded ones only. */
 	if (parent) {
-		control = ctrl_mask(BPF_CORE_READ((struct cgroup___bstats *)parent, subtree_control));
+		control = ctrl_mask(BPF_CORE_READ((struct cgroup___local *)parent, subtree_control));
 		if (BPF_CORE_READ(cgrp, dom_cgrp) != cgrp)
 			control &= (1U << CTRL_cpuset) | (1U << CTRL_cpu) | (1U << CTRL_pids);
 	} else {
@@ -248,7 +248,7 @@ static __always_inline void fill_tree(struct record *r, struct cgroup *cgrp)
 
 static __always_inline void fill_cpu(struct record *r, struct cgroup *cgrp)
 {
-	struct task_group___bstats *tg;
+	struct task_group___local *tg;
 
 	r->usage_ns = BPF_CORE_READ(cgrp, bstat.cputime.sum_exec_runtime);
 	r->utime_ns = BPF_CORE_READ(cgrp, bstat.cputime.utime);
@@ -265,7 +265,7 @@ static __always_inline void fill_cpu(struct record *r, struct cgroup *cgrp)
 	r->nr_periods = r->nr_throttled = r->throttled_ns = ABSENT;
 	r->quota_ns = r->period_ns = ABSENT;
 	if (have_cpu_bandwidth()) {
-		struct cfs_bandwidth___bstats *b = (void *)&tg->cfs_bandwidth;
+		struct cfs_bandwidth___local *b = (void *)&tg->cfs_bandwidth;
 
 		if (have_cfs_nr_periods())
 			r->nr_periods = BPF_CORE_READ(b, nr_periods);
@@ -293,7 +293,7 @@ __u64 scratch[SCRATCH_LONGS];
  * its own shape, so one flavor each and the kernel's picks the field
  * address. The state count varies by config: PSI_ROW() offsets by bytes
  * with the running kernel's state values. */
-struct psi_group___bstats {
+struct psi_group___local {
 	bool enabled;
 	void *pcpu;
 	__u64 avg_total[1];
@@ -311,7 +311,7 @@ struct psi_group___nested {
 	unsigned long avg[1][3];
 } __attribute__((preserve_access_index));
 
-struct psi_group_cpu___bstats {
+struct psi_group_cpu___local {
 	__u32 state_mask;
 	__u32 times[1];
 	__u64 state_start;
@@ -337,10 +337,10 @@ struct psi_group_cpu___nested {
 		 ? (void *)&((struct psi_group___nested *)(psi))->field               \
 		 : NULL)
 
-#define PSI_STATE(row, state) state##___bstats,
-enum psi_states___bstats { PSI_ROWS(PSI_STATE) PSI_NONIDLE___bstats };
+#define PSI_STATE(row, state) state##___local,
+enum psi_states___local { PSI_ROWS(PSI_STATE) PSI_NONIDLE___local };
 
-#define PSI_STATE_OF(state) bpf_core_enum_value(enum psi_states___bstats, state##___bstats)
+#define PSI_STATE_OF(state) bpf_core_enum_value(enum psi_states___local, state##___local)
 #define PSI_ROW(row, state)                                                           \
 	do {                                                                          \
 		int s = PSI_STATE_OF(state);                                          \
@@ -475,8 +475,8 @@ static __always_inline __u32 psi_since(__u32 t, __u32 prev)
 static long psi_collect_cpu(__u64 cpu, void *data)
 {
 	struct psi_collect *c = data;
-	__u32 size = bpf_core_type_size(struct psi_group_cpu___bstats);
-	__u32 times = bpf_core_field_offset(struct psi_group_cpu___bstats, times);
+	__u32 size = bpf_core_type_size(struct psi_group_cpu___local);
+	__u32 times = bpf_core_field_offset(struct psi_group_cpu___local, times);
 	__u32 prev = bpf_core_field_exists(struct psi_group_cpu___flat, times_prev)
 			     ? bpf_core_field_offset(struct psi_group_cpu___flat, times_prev)
 			     : bpf_core_field_offset(struct psi_group_cpu___nested, times_prev);
@@ -488,8 +488,8 @@ static long psi_collect_cpu(__u64 cpu, void *data)
 		size = sizeof(scratch);
 	if (bpf_probe_read_kernel(scratch, size, groupc))
 		return 1;
-	mask = SCRATCH_U32(bpf_core_field_offset(struct psi_group_cpu___bstats, state_mask));
-	start = SCRATCH_U64(bpf_core_field_offset(struct psi_group_cpu___bstats, state_start));
+	mask = SCRATCH_U32(bpf_core_field_offset(struct psi_group_cpu___local, state_mask));
+	start = SCRATCH_U64(bpf_core_field_offset(struct psi_group_cpu___local, state_start));
 	/* A state that began after this CPU's clock was read has run 0 ns. */
 	if (psi_cpu_now > start)
 		running = psi_cpu_now - start;
@@ -504,13 +504,13 @@ static long psi_collect_cpu(__u64 cpu, void *data)
 
 static __always_inline void fill_psi(struct record *r, struct cgroup *cgrp)
 {
-	struct psi_group___bstats *psi;
+	struct psi_group___local *psi;
 	struct psi_collect c = {};
 	void *total, *avg, *avg_total;
 
 	if (!bpf_core_field_exists(cgrp->psi))
 		return;
-	psi = (struct psi_group___bstats *)BPF_CORE_READ(cgrp, psi);
+	psi = (struct psi_group___local *)BPF_CORE_READ(cgrp, psi);
 	if (!psi || !BPF_CORE_READ(psi, enabled))
 		return;
 	total = PSI_FIELD(psi, total);
@@ -542,7 +542,7 @@ static __always_inline void fill_psi(struct record *r, struct cgroup *cgrp)
 
 static __always_inline void fill_pids(struct record *r, struct cgroup *cgrp)
 {
-	struct pids_cgroup___bstats *pids = OWN_CSS(cgrp, pids);
+	struct pids_cgroup___local *pids = OWN_CSS(cgrp, pids);
 
 	if (!pids)
 		return;
@@ -570,7 +570,7 @@ static __always_inline void fill_pids(struct record *r, struct cgroup *cgrp)
 
 static __always_inline void fill_cpuset(struct record *r, struct cgroup *cgrp)
 {
-	struct cpuset___bstats *cs = OWN_CSS(cgrp, cpuset);
+	struct cpuset___local *cs = OWN_CSS(cgrp, cpuset);
 
 	if (!cs)
 		return;
@@ -612,14 +612,14 @@ enum memcg_memory_event___opt { MEMCG_EVENTS(EVENT_OPT) };
  * after the flush at the walk root; clamp like lruvec_page_state(). The
  * caller checked that lruvec_stats is a pointer (older kernels embed it). */
 static __always_inline void fill_numa(struct record *r, __u32 idx,
-				      struct mem_cgroup___bstats *memcg)
+				      struct mem_cgroup___local *memcg)
 {
-	__u32 nodeinfo = bpf_core_field_offset(struct mem_cgroup___bstats, nodeinfo);
-	__u32 state = bpf_core_field_offset(struct lruvec_stats___bstats, state);
+	__u32 nodeinfo = bpf_core_field_offset(struct mem_cgroup___local, nodeinfo);
+	__u32 state = bpf_core_field_offset(struct lruvec_stats___local, state);
 	__u32 n;
 
 	for (__u32 nid = 0; nid < NUMA_NODES; nid++) {
-		struct mem_cgroup_per_node___bstats *pn = 0;
+		struct mem_cgroup_per_node___local *pn = 0;
 		__u32 row = idx * numa_node_ids + nid;
 		struct numa_row *dst;
 		void *stats;
@@ -634,7 +634,7 @@ static __always_inline void fill_numa(struct record *r, __u32 idx,
 		stats = BPF_CORE_READ(pn, lruvec_stats);
 		if (!stats)
 			return;
-		n = READ_ARRAY(stats + state, struct lruvec_stats___bstats, state);
+		n = READ_ARRAY(stats + state, struct lruvec_stats___local, state);
 		for (__u32 i = 0; i < NR_NUMA_STATS; i++) {
 			__u32 k = numa_idx[i];
 			long v = 0;
@@ -652,21 +652,21 @@ static __always_inline void fill_numa(struct record *r, __u32 idx,
 /* Member `field` of page counter `pc`, if the kernel has both. */
 #define COUNTER(memcg, pc, field)                                                     \
 	(have_memcg_##pc() && have_page_counter_##field()                             \
-		 ? BPF_CORE_READ((struct page_counter___bstats *)&(memcg)->pc,         \
+		 ? BPF_CORE_READ((struct page_counter___local *)&(memcg)->pc,         \
 				 field)                                                \
 		 : ABSENT)
 
 /* The usage of page counter `pc` (an atomic_long_t), for ranking too. */
 #define USAGE(memcg, pc)                                                              \
 	(have_memcg_##pc() && have_page_counter_usage()                               \
-		 ? BPF_CORE_READ((struct page_counter___bstats *)&(memcg)->pc,         \
+		 ? BPF_CORE_READ((struct page_counter___local *)&(memcg)->pc,         \
 				 usage.counter)                                        \
 		 : ABSENT)
 
 /* Page counters and event arrays need no flush: read them by CO-RE. */
 static __always_inline void fill_memcg(struct record *r, __u32 idx, struct cgroup *cgrp)
 {
-	struct mem_cgroup___bstats *memcg = OWN_CSS(cgrp, memory);
+	struct mem_cgroup___local *memcg = OWN_CSS(cgrp, memory);
 
 	if (!memcg)
 		return;
@@ -748,7 +748,7 @@ static __always_inline void fill_memstat(struct record *r, struct mem_cgroup *m)
 /* The ranked value only (RANK pass): no other field of the group. */
 static __always_inline void fill_rank(struct record *r, struct cgroup *cgrp)
 {
-	struct mem_cgroup___bstats *memcg;
+	struct mem_cgroup___local *memcg;
 
 	if (rank_groups & HAS_BSTAT) {
 		r->usage_ns = BPF_CORE_READ(cgrp, bstat.cputime.sum_exec_runtime);
@@ -798,7 +798,7 @@ static __always_inline void flush_at_walk_root(struct cgroup *cgrp)
 	if (numa_node_ids && have_memcg_kfuncs() && bpf_ksym_exists(&node_states) &&
 	    have_n_memory() && have_memcg_nodeinfo() && have_lruvec_stats_ptr() &&
 	    have_lruvec_state()) {
-		int n_memory = bpf_core_enum_value(enum node_states___bstats, N_MEMORY___bstats);
+		int n_memory = bpf_core_enum_value(enum node_states___local, N_MEMORY___local);
 
 		bpf_probe_read_kernel(&memory_nodes, sizeof(memory_nodes),
 				      &node_states + n_memory * bpf_core_type_size(nodemask_t));

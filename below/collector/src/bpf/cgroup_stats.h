@@ -118,9 +118,9 @@ enum ctrl_bit { CONTROLLERS(CTRL_ENUM) NR_CTRL };
  * before reading through it and reports the ones this kernel has (global
  * `facts`, bit = position in the list); user space sends the files (names,
  * space-separated) to plain read where one is missing. KIND: FIELD, member
- * `name` of struct `type` (C reads it through the flavor type___bstats);
+ * `name` of struct `type` (C reads it through the flavor type___local);
  * CPUMASK, the same as a cpumask_var_t in either of its shapes; ENUMVAL,
- * value `name` of enum `type` (flavor type___bstats, name___bstats). */
+ * value `name` of enum `type` (flavor type___local, name___local). */
 #define KERNEL_FACTS(X)                                                       \
 	X(cpu_ctrl, ENUMVAL, cgroup_subsys_id, cpu_cgrp_id, "cpu.weight cpu.max") \
 	X(cpu_shares, FIELD, task_group, shares, "cpu.weight")                \
