@@ -4,7 +4,7 @@
 # the reader series) in a guest of tests/vm (default debian-7.3, 2 vCPUs,
 # 4 GiB) and prints its report, also kept as DIR/measure.txt (DIR defaults
 # to target/measure-<kernel>; its progress: DIR/measure.log and the console). MEASURE ARGS
-# go to measure.sh (-n, -r, -s). The binaries: $BELOW_MAIN_BIN and
+# go to measure.sh (-n, -p, -r, -s). The binaries: $BELOW_MAIN_BIN and
 # $BELOW_MAIN_SERIES_BIN, else tests/upstream/binaries.sh's.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"

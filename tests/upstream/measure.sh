@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Usage: measure.sh [-n CGROUPS] [-r ROUNDS] [-s SAMPLES] [-w DIR] STOCK PATCHED
+# Usage: measure.sh [-n CGROUPS] [-p PROCS] [-r ROUNDS] [-s SAMPLES] [-w DIR] STOCK PATCHED
 #
 # What `below record -i 1` with `enable_cgroup_bpf = true` costs, below main
 # (STOCK) against below main with the reader series (PATCHED), over one tree
@@ -8,7 +8,9 @@
 # it runs from.
 #
 #   -n CGROUPS  cgroups to make under <cgroup2 mount>/measure, 3 levels deep,
-#               one sleeping process in each leaf (default 1000)
+#               PROCS sleeping processes in each leaf (default 1000)
+#   -p PROCS    processes per leaf (default 1); both binaries read every
+#               process from /proc alike, so they add the same cost to each
 #   -r ROUNDS   rounds; each runs both binaries, the order alternating from
 #               one round to the next (default 3)
 #   -s SAMPLES  samples each run is measured over, after its first 2 (default 30)
@@ -39,11 +41,12 @@
 #                    when drained, arrays stay the same.
 set -euo pipefail
 
-ncg=1000 rounds=3 samples=30 work=/tmp/below-measure
+ncg=1000 procs=1 rounds=3 samples=30 work=/tmp/below-measure
 usage() { sed -n '2,/^set /p' "$0" | sed '$d; s/^# \{0,1\}//' >&2; exit 2; }
-while getopts n:r:s:w:h opt; do
+while getopts n:p:r:s:w:h opt; do
   case $opt in
     n) ncg=$OPTARG ;;
+    p) procs=$OPTARG ;;
     r) rounds=$OPTARG ;;
     s) samples=$OPTARG ;;
     w) work=$OPTARG ;;
@@ -90,11 +93,14 @@ enable() {
   for c in "${cs[@]}"; do echo "+$c" > "$1/cgroup.subtree_control"; done
 }
 
-# sleeper DIR: a sleeping process in DIR.
+# sleeper DIR: PROCS sleeping processes in DIR.
 sleeper() {
-  sleep 1000000 &
-  sleepers+=($!)
-  echo $! > "$1/cgroup.procs"
+  local i
+  for ((i = 0; i < procs; i++)); do
+    sleep 1000000 &
+    sleepers+=($!)
+    echo $! > "$1/cgroup.procs"
+  done
 }
 
 # The tree: f first-level cgroups, f*f second-level, the rest leaves spread
@@ -102,7 +108,7 @@ sleeper() {
 f=1
 while [ $(((f + 1) ** 3)) -le "$ncg" ]; do f=$((f + 1)); done
 leaves=$((ncg - f - f * f))
-echo "measure: making $ncg cgroups under $top ($f, $((f * f)), $leaves per level)" >&2
+echo "measure: making $ncg cgroups under $top ($f, $((f * f)), $leaves per level), $procs processes per leaf" >&2
 mkdir "$top"
 enable "$top"
 for ((i = 0; i < f; i++)); do
@@ -250,9 +256,9 @@ for ((r = 1; r <= rounds; r++)); do
 done
 
 # The report: every run, then per binary the median and range of the rounds.
-awk -v ncg="$ncg" -v walked="$walked" -v rounds="$rounds" -v samples="$samples" \
+awk -v ncg="$ncg" -v procs="$procs" -v procs_now="$(find /proc -maxdepth 1 -name '[0-9]*' | wc -l)" -v walked="$walked" -v rounds="$rounds" -v samples="$samples" \
     -v kernel="$(uname -r)" -v cpus="$(getconf _NPROCESSORS_ONLN)" \
-    -v cmd="measure.sh -n $ncg -r $rounds -s $samples STOCK PATCHED" \
+    -v cmd="measure.sh -n $ncg -p $procs -r $rounds -s $samples STOCK PATCHED" \
     -v stock="$stock" -v patched="$patched" '
 function med(a, n,   i, j, t) {
   for (i = 2; i <= n; i++) for (j = i; j > 1 && a[j - 1] > a[j]; j--) { t = a[j]; a[j] = a[j - 1]; a[j - 1] = t }
@@ -277,7 +283,8 @@ function mem(k,   i, lo, hi) {
 { runs++; key[runs] = $1; for (i = 2; i <= NF; i++) v[runs, i] = $i }
 END {
   printf "below record -i 1 --disable-exitstats, enable_cgroup_bpf = true: %d cgroups made\n", ncg
-  printf "(%d in the hierarchy), %d rounds of %d samples each; kernel %s, %d CPUs.\n", walked, rounds, samples, kernel, cpus
+  printf "(%d in the hierarchy), %d processes in each leaf, %d processes on the machine; %d rounds of %d samples each;\n", walked, procs, procs_now, rounds, samples
+  printf "kernel %s, %d CPUs.\n", kernel, cpus
   printf "Reproduce: %s\n  STOCK=%s\n  PATCHED=%s\n\n", cmd, stock, patched
   printf "| run             | samples | CPU ms / sample | BPF passes | BPF ms / pass | map KiB seen | programs |\n"
   printf "| --------------- | ------: | --------------: | ---------: | ------------: | -----------: | -------- |\n"
