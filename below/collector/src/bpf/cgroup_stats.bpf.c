@@ -135,11 +135,12 @@ struct cpuset___local {
 	nodemask_t effective_mems;
 } __attribute__((preserve_access_index));
 
-/* zswap_max needs CONFIG_ZSWAP. */
+/* zswap_max needs CONFIG_ZSWAP, zswap_writeback also 6.8. */
 struct mem_cgroup___local {
 	struct page_counter memory;
 	struct page_counter swap;
 	unsigned long zswap_max;
+	bool zswap_writeback;
 	bool oom_group;
 	atomic_long_t memory_events[1];
 	atomic_long_t memory_events_local[1];
@@ -679,6 +680,8 @@ static __always_inline void fill_memcg(struct record *r, __u32 idx, struct cgrou
 	r->mem_max = COUNTER(memcg, memory, max);
 	r->swap_max = COUNTER(memcg, swap, max);
 	r->zswap_max = have_memcg_zswap_max() ? BPF_CORE_READ(memcg, zswap_max) : ABSENT;
+	r->zswap_writeback =
+		have_memcg_zswap_writeback() ? BPF_CORE_READ(memcg, zswap_writeback) : ABSENT;
 	/* Since 4.19: every kernel with cgroup iterators has it. */
 	r->mem_oom_group = BPF_CORE_READ(memcg, oom_group) ? 1 : 0;
 	if (have_memcg_events()) {

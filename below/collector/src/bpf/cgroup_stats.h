@@ -141,12 +141,13 @@ enum ctrl_bit { CONTROLLERS(CTRL_ENUM) NR_CTRL };
 	X(cpuset_mems_effective, FIELD, cpuset, effective_mems, "cpuset.mems.effective") \
 	X(memory_ctrl, ENUMVAL, cgroup_subsys_id, memory_cgrp_id,             \
 	  "memory.current memory.stat memory.swap.current memory.min memory.low " \
-	  "memory.high memory.max memory.swap.max memory.zswap.max memory.events " \
-	  "memory.events.local memory.numa_stat")                             \
+	  "memory.high memory.max memory.swap.max memory.zswap.max memory.zswap.writeback " \
+	  "memory.events memory.events.local memory.numa_stat")               \
 	X(memcg_memory, FIELD, mem_cgroup, memory,                            \
 	  "memory.current memory.min memory.low memory.high memory.max")      \
 	X(memcg_swap, FIELD, mem_cgroup, swap, "memory.swap.current memory.swap.max") \
 	X(memcg_zswap_max, FIELD, mem_cgroup, zswap_max, "memory.zswap.max")  \
+	X(memcg_zswap_writeback, FIELD, mem_cgroup, zswap_writeback, "memory.zswap.writeback") \
 	X(page_counter_usage, FIELD, page_counter, usage, "memory.current memory.swap.current") \
 	X(page_counter_min, FIELD, page_counter, min, "memory.min")           \
 	X(page_counter_low, FIELD, page_counter, low, "memory.low")           \
@@ -317,6 +318,8 @@ struct record {
 	__u64 mem_max;
 	__u64 swap_max;
 	__u64 zswap_max;
+	/* memory.zswap.writeback: 0 or 1, ABSENT where the kernel has none */
+	__u64 zswap_writeback;
 	/* memory.oom.group: 0 or 1 */
 	__u64 mem_oom_group;
 	__u64 events[NR_EVENTS];

@@ -269,11 +269,18 @@ pub(crate) fn support(found: &Found) -> Support {
     Support { files, reasons }
 }
 
+/// Files the program serves that below 0.9's `CgroupSample` has no field
+/// for: no sample of ours reads them.
+const NOT_IN_THE_MODEL: &[&str] = &["memory.zswap.writeback"];
+
 /// The stat files that need `fact`.
 pub(crate) fn fact_files(fact: &'static Fact) -> impl Iterator<Item = StatFile> {
-    fact.files.split_whitespace().map(|name| {
-        StatFile::by_name(name).unwrap_or_else(|| panic!("{}: no stat file {name}", fact.name))
-    })
+    fact.files
+        .split_whitespace()
+        .filter(|name| !NOT_IN_THE_MODEL.contains(name))
+        .map(|name| {
+            StatFile::by_name(name).unwrap_or_else(|| panic!("{}: no stat file {name}", fact.name))
+        })
 }
 
 #[cfg(test)]
@@ -286,8 +293,9 @@ mod test {
     #[test]
     fn every_fact_names_stat_files() {
         for f in KERNEL_FACTS {
-            // Panics on a name that is not a stat file.
-            assert!(fact_files(f).count() > 0, "{}", f.name);
+            // Panics on a name that is neither a stat file nor one the model lacks.
+            let outside = f.files.split_whitespace().filter(|n| NOT_IN_THE_MODEL.contains(n));
+            assert!(fact_files(f).count() + outside.count() > 0, "{}", f.name);
         }
     }
 
