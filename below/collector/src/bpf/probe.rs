@@ -294,7 +294,10 @@ mod test {
     fn every_fact_names_stat_files() {
         for f in KERNEL_FACTS {
             // Panics on a name that is neither a stat file nor one the model lacks.
-            let outside = f.files.split_whitespace().filter(|n| NOT_IN_THE_MODEL.contains(n));
+            let outside = f
+                .files
+                .split_whitespace()
+                .filter(|n| NOT_IN_THE_MODEL.contains(n));
             assert!(fact_files(f).count() + outside.count() > 0, "{}", f.name);
         }
     }
