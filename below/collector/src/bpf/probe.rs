@@ -9,6 +9,7 @@ use super::kernel::swap_files_this_boot;
 use super::kernel::Kernel;
 use super::layer::KernelBtf;
 use super::load::Loaded;
+use super::psi;
 use super::BpfBackend;
 use crate::plan::Support;
 use crate::FileSet;
@@ -217,19 +218,9 @@ pub(crate) fn support(found: &Found) -> Support {
     } else if features & FEAT_PSI_CLOCK == 0 {
         // Without the clock an idle group's averages stay where they
         // were when it went idle: no stale values, text instead.
-        let why = match psi_no_clock {
-            PSI_NO_SYMBOLS => {
-                "kernel symbols psi_period, runqueues, __per_cpu_offset (x86: \
-                 __sched_clock_offset, __sched_clock_stable, sched_clock_data) not all in \
-                 kallsyms (CONFIG_KALLSYMS_ALL)"
-            }
-            PSI_ODD_HZ => "HZ does not divide 10^6 (psi_period is not 2 s and a whole jiffy)",
-            PSI_NO_RQ_CLOCK => "this CPU's rq->clock read as 0",
-            PSI_CPU_LAYOUT => "unknown psi_group_cpu layout",
-            _ => "unknown reason",
-        };
         Some(format!(
-            "cannot bring the averages to the sample's moment: {why}"
+            "cannot bring the averages to the sample's moment: {}",
+            psi::no_clock_reason(psi_no_clock)
         ))
     } else {
         None

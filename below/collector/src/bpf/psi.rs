@@ -23,8 +23,24 @@
 //! (kernel/sched/psi.c, kernel/sched/loadavg.c), stateless: the kernel's
 //! state is left as it was, as if the file had been read at `now`.
 
-use super::contract::Record;
+use super::contract::*;
 use super::load::PsiClock;
+
+/// Why a pass could not bring the averages to its moment
+/// (`Pass::psi_no_clock`: PSI_* of cgroup_stats.h), for the log.
+pub(crate) fn no_clock_reason(code: usize) -> &'static str {
+    match code {
+        PSI_NO_SYMBOLS => {
+            "kernel symbols psi_period, runqueues, __per_cpu_offset (x86: \
+             __sched_clock_offset, __sched_clock_stable, sched_clock_data) not all in kallsyms \
+             (CONFIG_KALLSYMS_ALL)"
+        }
+        PSI_ODD_HZ => "HZ does not divide 10^6 (psi_period is not 2 s and a whole jiffy)",
+        PSI_NO_RQ_CLOCK => "this CPU's rq->clock read as 0",
+        PSI_CPU_LAYOUT => "unknown psi_group_cpu layout",
+        _ => "unknown reason",
+    }
+}
 
 /// Fraction bits of an average (FSHIFT) and 1.0 in them (FIXED_1).
 const FSHIFT: u32 = 11;

@@ -133,3 +133,12 @@ fn decoded_as_the_file_prints_them() {
     assert_eq!(m.avg10, Some(load_avg(STORED[0])));
     assert_eq!(m.avg60, Some(14.60));
 }
+
+#[test]
+fn every_no_clock_code_has_its_own_reason() {
+    let codes = [PSI_NO_SYMBOLS, PSI_ODD_HZ, PSI_NO_RQ_CLOCK, PSI_CPU_LAYOUT];
+    let reasons: std::collections::BTreeSet<_> =
+        codes.iter().map(|&c| no_clock_reason(c)).collect();
+    assert_eq!(reasons.len(), codes.len(), "{reasons:?}");
+    assert!(!reasons.contains(no_clock_reason(0)));
+}
