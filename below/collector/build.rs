@@ -11,14 +11,31 @@ const HEADER: &str = "src/bpf/cgroup_stats.h";
 
 include!("src/bpf/contract_gen.rs");
 
-/// Keys of the header's lists that below-cgroupfs 0.9.0's structs have no
-/// field for (newer cgroupfs has them).
+/// Keys of the header's lists (by the generated macro) that
+/// below-cgroupfs 0.9.0's structs have no field for (newer cgroupfs has
+/// them): handed over as `(absent key, ...)`.
 const ABSENT_IN_CGROUPFS: &[(&str, &str)] = &[
-    ("MEMSTAT_KEYS", "swapcached"),
-    ("MEMSTAT_KEYS", "file_thp"),
-    ("MEMSTAT_KEYS", "shmem_thp"),
-    ("MEMCG_EVENTS", "sock_throttled"),
+    ("memstat_keys!", "swapcached"),
+    ("memstat_keys!", "file_thp"),
+    ("memstat_keys!", "shmem_thp"),
+    ("memcg_events!", "sock_throttled"),
 ];
+
+/// The generated contract with the entries of ABSENT_IN_CGROUPFS marked.
+fn mark_absent(mut rust: String) -> String {
+    for (list, key) in ABSENT_IN_CGROUPFS {
+        let line = 1 + rust
+            .find(&format!("\n{list} {{"))
+            .unwrap_or_else(|| panic!("the contract has no list {list}"));
+        let end = line + rust[line..].find('\n').expect("lines end with a newline");
+        let at = line
+            + rust[line..end]
+                .find(&format!(" ({key},"))
+                .unwrap_or_else(|| panic!("{list} has no key {key}"));
+        rust.insert_str(at + " (".len(), "absent ");
+    }
+    rust
+}
 
 /// The lists whose keys the text parsers also look up (src/parse/keys.rs).
 const TEXT_KEY_LISTS: &[&str] = &["memstat_keys!", "memcg_events!", "numa_items!"];
@@ -29,7 +46,7 @@ fn main() {
     }
     let out_dir = PathBuf::from(env::var_os("OUT_DIR").expect("OUT_DIR is set by cargo"));
     let header = std::fs::read_to_string(HEADER).expect("reading the contract header");
-    let contract = contract(HEADER, &header, ABSENT_IN_CGROUPFS);
+    let contract = mark_absent(contract(HEADER, &header));
     let text_keys: String = contract
         .lines()
         .filter(|l| TEXT_KEY_LISTS.iter().any(|list| l.starts_with(list)))
