@@ -37,7 +37,7 @@ shared_files() {
     echo "below/collector/src/bpf/$f below/cgroupfs/src/cgroup_bpf/$f"
   done
   # The BPF layer those use (the collector's `layer`): the module `layer` there.
-  echo "below/bpf/src/lib.rs below/cgroupfs/src/cgroup_bpf/layer.rs"
+  echo "below/bpf/src/layer.rs below/cgroupfs/src/cgroup_bpf/layer.rs"
 }
 
 # A shared file as the series carries it into TREE: in upstream's cgroupfs

@@ -21,7 +21,9 @@ use cgroupfs::MemoryNumaStat;
 use cgroupfs::MemoryStat;
 use cgroupfs::PressureMetrics;
 
-use crate::bpf::contract;
+use self::keys::*;
+
+mod keys;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ParseError {
@@ -199,16 +201,6 @@ macro_rules! set_named_field {
     };
 }
 
-/// Sets one memory.stat field by its key; false for a key below does not keep.
-pub fn set_memory_stat(s: &mut MemoryStat, key: &str, v: u64) -> bool {
-    set(contract::memory_stat_field(s, key), v)
-}
-
-/// Sets a looked-up field; false when the key named none.
-fn set(field: Option<&mut Option<u64>>, v: u64) -> bool {
-    field.map(|f| *f = Some(v)).is_some()
-}
-
 pub fn set_cpu_stat(s: &mut CpuStat, key: &str, v: u64) -> bool {
     set_named_field!(
         s,
@@ -225,23 +217,11 @@ pub fn set_cpu_stat(s: &mut CpuStat, key: &str, v: u64) -> bool {
     )
 }
 
-pub fn set_memory_events(s: &mut MemoryEvents, key: &str, v: u64) -> bool {
-    set(contract::memory_events_field(s, key), v)
-}
-
-pub fn set_memory_events_local(s: &mut MemoryEventsLocal, key: &str, v: u64) -> bool {
-    set(contract::memory_events_local_field(s, key), v)
-}
-
 fn set_cgroup_stat(s: &mut CgroupStat, key: &str, v: u64) -> bool {
     match u32::try_from(v) {
         Ok(v) => set_named_field!(s, key, v, [nr_descendants, nr_dying_descendants]),
         Err(_) => false,
     }
-}
-
-fn set_numa_stat(s: &mut MemoryNumaStat, key: &str, v: u64) -> bool {
-    set(contract::numa_stat_field(s, key), v)
 }
 
 fn keyed<T: Default>(text: &str, set: fn(&mut T, &str, u64) -> bool) -> Result<T> {

@@ -45,9 +45,6 @@ pub(crate) const OBJECT: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/cgrou
 pub(crate) use skel::types::numa_row as NumaRow;
 pub(crate) use skel::types::record as Record;
 
-/// A field of a below stat struct, by the key the text uses.
-pub(crate) type Field<T> = fn(&mut T) -> &mut Option<u64>;
-
 /// Per entry, a `u32` bit in list order (`enum <tag>_flag` of C).
 macro_rules! bits {
     ($mod:ident, $list:ident, $($flag:ident)*) => {
@@ -128,27 +125,13 @@ macro_rules! fact_kind {
 
 /// A key of a list, which build.rs marks `absent key` when the cgroupfs
 /// structs this crate is built with have no field for it.
+#[cfg(test)]
 macro_rules! key {
     (absent $key:ident) => {
         stringify!($key)
     };
     ($key:ident) => {
         stringify!($key)
-    };
-}
-
-/// The field of `$ty` a key names (None: `$ty` has none).
-macro_rules! field {
-    ($ty:ty, absent $key:ident) => {
-        None
-    };
-    ($ty:ty, $key:ident) => {
-        Some({
-            fn get(s: &mut $ty) -> &mut Option<u64> {
-                &mut s.$key
-            }
-            get as Field<$ty>
-        })
     };
 }
 
@@ -163,21 +146,12 @@ macro_rules! set_field {
 }
 
 /// A writer of the fields of `$ty` named by the keys from record slots in
-/// list order (ABSENT: None; straight-line code, not a call per field), and
-/// a lookup by key for the text parsers.
+/// list order (ABSENT: None; straight-line code, not a call per field).
 macro_rules! keyed_fields {
-    ($ty:ty, $fill:ident, $lookup:ident, $(($($key:ident)+))*) => {
+    ($ty:ty, $fill:ident, $(($($key:ident)+))*) => {
         pub(crate) fn $fill(s: &mut $ty, slots: &[u64]) {
             let mut slots = slots.iter().copied();
             $(set_field!(s, slots.next().unwrap_or(ABSENT), $($key)+);)*
-        }
-
-        pub(crate) fn $lookup<'a>(s: &'a mut $ty, key: &str) -> Option<&'a mut Option<u64>> {
-            let field: Option<Field<$ty>> = match key {
-                $(key!($($key)+) => field!($ty, $($key)+),)*
-                _ => None,
-            };
-            field.map(|f| f(s))
         }
     };
 }
@@ -185,7 +159,7 @@ macro_rules! keyed_fields {
 /// memory.stat keys: `record.memstat[]` (`enum memstat_slot`).
 macro_rules! memstat_keys {
     ($(($($key:ident)+, $($c:tt)*))*) => {
-        keyed_fields!(MemoryStat, fill_memory_stat, memory_stat_field, $(($($key)+))*);
+        keyed_fields!(MemoryStat, fill_memory_stat, $(($($key)+))*);
         #[cfg(test)]
         pub(crate) const MEMSTAT_KEYS: &[&str] = &[$(key!($($key)+),)*];
     };
@@ -194,8 +168,8 @@ macro_rules! memstat_keys {
 /// memory.events keys: `record.events[]`, `.events_local[]`.
 macro_rules! memcg_events {
     ($(($($key:ident)+, $event:ident))*) => {
-        keyed_fields!(MemoryEvents, fill_memory_events, memory_events_field, $(($($key)+))*);
-        keyed_fields!(MemoryEventsLocal, fill_memory_events_local, memory_events_local_field, $(($($key)+))*);
+        keyed_fields!(MemoryEvents, fill_memory_events, $(($($key)+))*);
+        keyed_fields!(MemoryEventsLocal, fill_memory_events_local, $(($($key)+))*);
         #[cfg(test)]
         pub(crate) const MEMCG_EVENT_KEYS: &[&str] = &[$(key!($($key)+),)*];
     };
@@ -219,7 +193,7 @@ pub(crate) struct NumaItem {
 /// memory.numa_stat lines: `numa_row.v[]` (`enum numa_item`).
 macro_rules! numa_items {
     ($(($($key:ident)+, $item:ident, $unit:ident))*) => {
-        keyed_fields!(MemoryNumaStat, fill_numa_stat, numa_stat_field, $(($($key)+))*);
+        keyed_fields!(MemoryNumaStat, fill_numa_stat, $(($($key)+))*);
         pub(crate) const NUMA_ITEMS: &[NumaItem] = &[$(NumaItem {
             item: stringify!($item),
             unit: Unit::$unit,

@@ -120,18 +120,11 @@ impl Decoder {
 
     /// memory.numa_stat from a record's `rows` (one per node id, see
     /// [`super::load::Loaded::numa`]): the nodes the text prints, in its
-    /// units; written over `old` when given (a node's entry is kept while
-    /// it is printed).
-    pub(crate) fn numa_stat(
-        &self,
-        rows: &[NumaRow],
-        old: Option<BTreeMap<u32, MemoryNumaStat>>,
-    ) -> Option<BTreeMap<u32, MemoryNumaStat>> {
+    /// units.
+    pub(crate) fn numa_stat(&self, rows: &[NumaRow]) -> Option<BTreeMap<u32, MemoryNumaStat>> {
         let layout = self.numa?;
-        let mut stats = old.unwrap_or_default();
-        let printed = |n: usize| n < rows.len() && self.memory_nodes & (1 << n) != 0;
-        stats.retain(|&n, _| printed(n as usize));
-        for n in (0..rows.len()).filter(|&n| printed(n)) {
+        let mut stats = BTreeMap::new();
+        for n in (0..rows.len()).filter(|&n| self.memory_nodes & (1 << n) != 0) {
             let mut slots = rows[n].v;
             for ((v, item), &idx) in slots.iter_mut().zip(NUMA_ITEMS).zip(&layout) {
                 *v = match (idx, item.unit) {
@@ -181,22 +174,20 @@ pub(crate) fn cpu_max(r: &Record) -> Option<CpuMax> {
 }
 
 pub(crate) fn memory_events(r: &Record) -> MemoryEvents {
-    filled(fill_memory_events, &r.events, None)
+    filled(fill_memory_events, &r.events)
 }
 
 pub(crate) fn memory_events_local(r: &Record) -> MemoryEventsLocal {
-    filled(fill_memory_events_local, &r.events_local, None)
+    filled(fill_memory_events_local, &r.events_local)
 }
 
-/// memory.stat, written over `old` when given: every field is set.
-pub(crate) fn memory_stat(r: &Record, old: Option<MemoryStat>) -> MemoryStat {
-    filled(fill_memory_stat, &r.memstat, old)
+pub(crate) fn memory_stat(r: &Record) -> MemoryStat {
+    filled(fill_memory_stat, &r.memstat)
 }
 
-/// A below struct from record slots through its contract writer, over
-/// `old` when given.
-fn filled<T: Default>(fill: fn(&mut T, &[u64]), slots: &[u64], old: Option<T>) -> T {
-    let mut s = old.unwrap_or_default();
+/// A below struct from record slots through its contract writer.
+fn filled<T: Default>(fill: fn(&mut T, &[u64]), slots: &[u64]) -> T {
+    let mut s = T::default();
     fill(&mut s, slots);
     s
 }

@@ -99,10 +99,9 @@ pub(crate) fn fill(
         (cpuset(StatFile::CpusetMems) && !root).then(|| mems(r.mems, cpuset_mems.take()));
     *cpuset_mems_effective = cpuset(StatFile::CpusetMemsEffective)
         .then(|| mems(r.mems_effective, cpuset_mems_effective.take()));
-    *memory_stat = (want(StatFile::MemoryStat) && has(HAS_MEMSTAT))
-        .then(|| decode::memory_stat(r, memory_stat.take()));
+    *memory_stat = (want(StatFile::MemoryStat) && has(HAS_MEMSTAT)).then(|| decode::memory_stat(r));
     *memory_numa_stat = (want(StatFile::MemoryNumaStat) && has(HAS_NUMA))
-        .then(|| d.numa_stat(numa, memory_numa_stat.take()))
+        .then(|| d.numa_stat(numa))
         .flatten();
     // The memcg's page counters and event arrays.
     let memcg = |f| !root && has(HAS_MEMCG) && want(f);

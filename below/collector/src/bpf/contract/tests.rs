@@ -129,38 +129,6 @@ fn lists_cover_below_fields() {
     covers(fill_memory_events_local, MEMCG_EVENT_KEYS);
 }
 
-/// Slot i alone written by `fill` is the field the text parsers look up
-/// by key i (none for a key the struct lacks); ABSENT slots are None.
-fn lookups_agree<T: Default + PartialEq + std::fmt::Debug>(
-    fill: fn(&mut T, &[u64]),
-    lookup: for<'a> fn(&'a mut T, &str) -> Option<&'a mut Option<u64>>,
-    keys: &[&str],
-) {
-    for (i, key) in keys.iter().enumerate() {
-        let mut slots = vec![ABSENT; keys.len()];
-        slots[i] = 7;
-        let (mut a, mut b) = (T::default(), T::default());
-        fill(&mut a, &slots);
-        if let Some(field) = lookup(&mut b, key) {
-            *field = Some(7);
-        }
-        assert_eq!(a, b, "{key}");
-    }
-    assert!(lookup(&mut T::default(), "no_such_key").is_none());
-}
-
-#[test]
-fn lookups_agree_with_fills() {
-    lookups_agree(fill_memory_stat, memory_stat_field, MEMSTAT_KEYS);
-    lookups_agree(fill_numa_stat, numa_stat_field, NUMA_KEYS);
-    lookups_agree(fill_memory_events, memory_events_field, MEMCG_EVENT_KEYS);
-    lookups_agree(
-        fill_memory_events_local,
-        memory_events_local_field,
-        MEMCG_EVENT_KEYS,
-    );
-}
-
 #[test]
 fn facts_agree() {
     let names: Vec<&str> = KERNEL_FACTS.iter().map(|f| f.name).collect();

@@ -164,31 +164,18 @@ fn full_record_decodes_in_the_files_units() {
     assert_eq!(d.mems(r.mems).nodes, set(&[0, 1]));
     assert_eq!(d.mems(r.mems_effective).nodes, set(&[0])); // node 2 >= nr_node_ids
 
-    let ms = memory_stat(&r, None);
+    let ms = memory_stat(&r);
     assert_eq!(ms.anon, Some(100 + slot(MEMSTAT_KEYS, "anon") as u64));
     assert_eq!(ms.pgscan, Some(100 + slot(MEMSTAT_KEYS, "pgscan") as u64));
     assert_eq!(ms.zswap, None, "ABSENT");
-    // Written over an old one: every field is the record's.
-    let old = MemoryStat {
-        anon: Some(1),
-        zswap: Some(1),
-        ..Default::default()
-    };
-    assert_eq!(memory_stat(&r, Some(old)), ms);
 
     // Node 0 only (memory_nodes), the two items this kernel prints, scaled.
     let rows = full_numa();
-    let numa = d.numa_stat(&rows, None).expect("numa_stat");
+    let numa = d.numa_stat(&rows).expect("numa_stat");
     assert_eq!(numa.keys().copied().collect::<Vec<_>>(), [0]);
     let n0 = &numa[&0];
     assert_eq!((n0.anon, n0.file), (Some(10 * PAGE), Some(11 * PAGE)));
     assert_eq!(n0.kernel_stack, None);
-    // Written over an old map: a node no longer printed goes, a value this
-    // kernel does not print is cleared.
-    let mut old = numa.clone();
-    old.get_mut(&0).expect("node 0").kernel_stack = Some(1);
-    old.insert(1, Default::default());
-    assert_eq!(d.numa_stat(&rows, Some(old)), Some(numa));
 
     assert_eq!(d.bytes(r.mem_usage), 10 * PAGE as i64);
     assert_eq!(d.limit(r.mem_min), 0);
@@ -223,7 +210,7 @@ fn absent_values_are_none() {
     );
     assert_eq!(cpu_max(&r), None);
     assert_eq!(decoder().zswap_max(&r), None);
-    assert_eq!(memory_stat(&r, None), MemoryStat::default());
+    assert_eq!(memory_stat(&r), MemoryStat::default());
     assert_eq!(memory_events(&r).oom_kill, None);
 
     r.pids_limit = PIDS_MAX;

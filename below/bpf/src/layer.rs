@@ -1,0 +1,434 @@
+// Copyright (c) Facebook, Inc. and its affiliates.
+//
+// Licensed under the Apache License, Version 2.0 (the "License");
+// you may not use this file except in compliance with the License.
+// You may obtain a copy of the License at
+//
+//     http://www.apache.org/licenses/LICENSE-2.0
+//
+// Unless required by applicable law or agreed to in writing, software
+// distributed under the License is distributed on an "AS IS" BASIS,
+// WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+// See the License for the specific language governing permissions and
+// limitations under the License.
+
+//! A small layer over libbpf-rs for loading and reading BPF programs:
+//!
+//! - Load: `load(NAME, ELF, btf.custom_path(), |open| { open_map(open, "m")?.set_max_entries(n)?;
+//!   set_data(open, ".rodata", |r: &mut Rodata| r.x = 1) })` gives an owned libbpf_rs
+//!   `Object`; a failure says why (the verifier's verdict, a failed CO-RE relocation, else libbpf's error).
+//! - Programs and maps by name: `prog(&obj, "p")?.attach()`, `map(&obj, "m")`, `map(&obj, ".bss")`.
+//! - Iterator: `run_iter(&link, &mut out)` runs one pass to its end (`out`: what it printed).
+//! - Shared memory: `MapView::<T>::new(&map)?` mmaps an array map (`get`, `update`, `slice`);
+//!   `read::<T>(bytes)` for a ring buffer record. `T` is `Pod` (skeleton types: `unsafe impl`).
+//! - BTF: `KernelBtf::open(None)` checks it once: `has_func` (kfuncs), `enum_values`.
+//! - Decoding: `cputime_adjust`, `c_string`, `page_size`.
+
+use std::ffi::CString;
+use std::io::ErrorKind;
+use std::io::Read;
+use std::os::fd::AsFd;
+use std::os::fd::AsRawFd;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::path::PathBuf;
+use std::ptr::NonNull;
+
+use anyhow::bail;
+use anyhow::Context;
+use anyhow::Result;
+use libbpf_rs::btf::types;
+use libbpf_rs::btf::Btf;
+use libbpf_rs::libbpf_sys;
+use libbpf_rs::Iter;
+use libbpf_rs::Link;
+use libbpf_rs::Map;
+use libbpf_rs::MapCore;
+use libbpf_rs::Object;
+use libbpf_rs::OpenMapMut;
+use libbpf_rs::OpenObject;
+use libbpf_rs::ProgramMut;
+
+/// Plain data shared with a BPF program: `#[repr(C)]`, every bit pattern
+/// valid (integers and arrays of them, as libbpf-cargo's skeleton types).
+///
+/// # Safety
+///
+/// Implement it only for such types: the layer reads them out of bytes
+/// the kernel wrote.
+pub unsafe trait Pod: Copy {}
+
+// SAFETY: an integer.
+unsafe impl Pod for u64 {}
+
+/// A `T` read from the start of `bytes` (a ring buffer record, a map
+/// value); None when too short.
+pub fn read<T: Pod>(bytes: &[u8]) -> Option<T> {
+    (bytes.len() >= size_of::<T>())
+        // SAFETY: T is Pod and `bytes` holds at least its size;
+        // read_unaligned has no alignment requirement.
+        .then(|| unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<T>()) })
+}
+
+/// The verifier log's first size; a full log (the kernel cut it) loads
+/// again with one 16 times larger, up to the last.
+const FIRST_LOG_SIZE: usize = 1 << 20;
+const LAST_LOG_SIZE: usize = 256 << 20;
+
+/// Opens the object `elf` (the build's `.bpf.o`) as `name`, lets `setup`
+/// size maps and fill `.rodata`, and loads it. `btf`: CO-RE relocates
+/// against this file instead of the running kernel's BTF.
+///
+/// The object is owned (not a skeleton borrowing caller storage): its
+/// users keep it across samples and reload it to resize a map, with no
+/// lifetime to carry and nothing self-referential.
+pub fn load(
+    name: &str,
+    elf: &'static [u8],
+    btf: Option<&Path>,
+    mut setup: impl FnMut(&mut OpenObject) -> Result<()>,
+) -> Result<Object> {
+    let name = CString::new(name).context("object name with a NUL byte")?;
+    let btf = btf
+        .map(|p| CString::new(p.as_os_str().as_bytes()))
+        .transpose()
+        .context("BTF path with a NUL byte")?;
+    let mut size = FIRST_LOG_SIZE;
+    loop {
+        let mut log = vec![0u8; size];
+        let loaded = open_and_load(&name, elf, btf.as_deref(), &mut log, &mut setup);
+        let e = match loaded {
+            Ok(obj) => return Ok(obj),
+            Err(Failure::Setup(e)) => return Err(e),
+            Err(Failure::Libbpf(e)) => e,
+        };
+        let len = log.iter().position(|&b| b == 0).unwrap_or(size);
+        if len + 1 < size || size >= LAST_LOG_SIZE {
+            let log = String::from_utf8_lossy(&log[..len]);
+            // libbpf's error stays in the chain for callers to match.
+            return Err(match verifier_verdict(&log) {
+                Some(why) => anyhow::Error::new(e).context(why),
+                None => anyhow::Error::new(e),
+            });
+        }
+        size *= 16;
+    }
+}
+
+enum Failure {
+    Setup(anyhow::Error),
+    Libbpf(libbpf_rs::Error),
+}
+
+fn open_and_load(
+    name: &std::ffi::CStr,
+    elf: &'static [u8],
+    btf: Option<&std::ffi::CStr>,
+    log: &mut [u8],
+    setup: &mut impl FnMut(&mut OpenObject) -> Result<()>,
+) -> std::result::Result<Object, Failure> {
+    // libbpf-rs's ObjectBuilder has no per-object log buffer: the open
+    // options are ours, everything after the open is libbpf-rs's.
+    let opts = libbpf_sys::bpf_object_open_opts {
+        sz: size_of::<libbpf_sys::bpf_object_open_opts>() as _,
+        object_name: name.as_ptr(),
+        btf_custom_path: btf.map_or(std::ptr::null(), |p| p.as_ptr()),
+        kernel_log_buf: log.as_mut_ptr().cast(),
+        kernel_log_size: log.len() as _,
+        ..Default::default()
+    };
+    // SAFETY: libbpf copies the name and the path during the open; it
+    // writes `log` only during the load below, which `log` outlives; the
+    // ELF is 'static.
+    let ptr =
+        unsafe { libbpf_sys::bpf_object__open_mem(elf.as_ptr().cast(), elf.len() as _, &opts) };
+    let ptr = NonNull::new(ptr)
+        .ok_or_else(|| Failure::Libbpf(libbpf_rs::Error::from(std::io::Error::last_os_error())))?;
+    // SAFETY: a freshly opened, not yet loaded object, owned from here.
+    let mut open = unsafe { OpenObject::from_ptr(ptr) };
+    setup(&mut open).map_err(Failure::Setup)?;
+    open.load().map_err(Failure::Libbpf)
+}
+
+/// Why the verifier rejected a program: the last two lines of its log
+/// before "processed N insns" (libbpf rewrites a poisoned call into the
+/// CO-RE relocation or kfunc that failed). None when it never ran: libbpf
+/// failed first and printed why through its print callback, which stays
+/// the process's.
+fn verifier_verdict(log: &str) -> Option<String> {
+    let lines: Vec<&str> = log
+        .lines()
+        .take_while(|l| !l.starts_with("processed "))
+        .filter(|l| !l.trim().is_empty())
+        .collect();
+    (lines.len() >= 2).then(|| lines[lines.len() - 2..].join(" / "))
+}
+
+/// A map of an opened object, to size it before the load.
+pub fn open_map<'o>(open: &'o mut OpenObject, name: &str) -> Result<OpenMapMut<'o>> {
+    open.maps_mut()
+        .find(|m| m.name().as_bytes() == name.as_bytes())
+        .with_context(|| format!("the BPF object has no map {name}"))
+}
+
+/// Sets the initial value of a data section (".rodata", ".data", ".bss")
+/// of an opened object through its skeleton type `T`.
+pub fn set_data<T: Pod>(
+    open: &mut OpenObject,
+    section: &str,
+    set: impl FnOnce(&mut T),
+) -> Result<()> {
+    let mut map = open
+        .maps_mut()
+        .find(|m| is_section(m.name().as_bytes(), section))
+        .with_context(|| format!("the BPF object has no {section}"))?;
+    let bytes = map
+        .initial_value_mut()
+        .with_context(|| format!("the BPF object's {section} has no data"))?;
+    // The skeleton's type holds the section's globals; statics (a
+    // printf's format) may follow them.
+    if bytes.len() < size_of::<T>() {
+        bail!(
+            "{section} size mismatch: BPF {} bytes, Rust {}",
+            bytes.len(),
+            size_of::<T>()
+        );
+    }
+    let mut value = read::<T>(bytes).context("checked size")?;
+    set(&mut value);
+    // SAFETY: `bytes` holds at least a T; write_unaligned has no
+    // alignment requirement.
+    unsafe { std::ptr::write_unaligned(bytes.as_mut_ptr().cast::<T>(), value) };
+    Ok(())
+}
+
+/// libbpf names a data section's map "<object name prefix>.<section>";
+/// the maps a program declares cannot have a dot in their names.
+fn is_section(map: &[u8], section: &str) -> bool {
+    map.ends_with(section.as_bytes()) && section.starts_with('.')
+}
+
+/// A map of a loaded object by name, or its data section (".bss", ...).
+pub fn map<'o>(obj: &'o Object, name: &str) -> Result<Map<'o>> {
+    obj.maps()
+        .find(|m| m.name().as_bytes() == name.as_bytes() || is_section(m.name().as_bytes(), name))
+        .with_context(|| format!("the BPF object has no map {name}"))
+}
+
+/// A program of a loaded object, to attach.
+pub fn prog<'o>(obj: &'o Object, name: &str) -> Result<ProgramMut<'o>> {
+    obj.progs_mut()
+        .find(|p| p.name().as_bytes() == name.as_bytes())
+        .with_context(|| format!("the BPF object has no program {name}"))
+}
+
+/// Runs the iterator of `link` once to its end, appending what it
+/// printed to `out`.
+pub fn run_iter(link: &Link, out: &mut Vec<u8>) -> Result<()> {
+    // The kernel hands out at most its seq_file buffer (8 pages) per read;
+    // a program that prints nothing walks everything in one read(2),
+    // which returns 0.
+    const CHUNK: usize = 64 * 1024;
+    let mut it = Iter::new(link).context("BPF_ITER_CREATE failed")?;
+    loop {
+        let len = out.len();
+        out.resize(len + CHUNK, 0);
+        let read = it.read(&mut out[len..]);
+        out.truncate(len + *read.as_ref().unwrap_or(&0));
+        match read {
+            Ok(0) => return Ok(()),
+            Ok(_) => {}
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) => return Err(e).context("reading the BPF iterator failed"),
+        }
+    }
+}
+
+/// An array map mmapped into this process: what the kernel writes there
+/// is seen without a syscall, what we write the program sees.
+pub struct MapView<T: Pod> {
+    ptr: NonNull<T>,
+    entries: usize,
+    len: usize,
+}
+
+impl<T: Pod> MapView<T> {
+    /// Maps every entry of `map` (an array map with BPF_F_MMAPABLE, as
+    /// libbpf creates data sections), whose values must be `T`s.
+    pub fn new(map: &Map) -> Result<Self> {
+        let name = map.name().to_string_lossy();
+        if map.value_size() as usize != size_of::<T>() {
+            bail!(
+                "map {name} size mismatch: BPF {} bytes, Rust {}",
+                map.value_size(),
+                size_of::<T>()
+            );
+        }
+        let entries = map.max_entries() as usize;
+        // The kernel lays values out 8-byte aligned.
+        if entries > 1 && !size_of::<T>().is_multiple_of(8) {
+            bail!("map {name}: values of {} bytes are padded", size_of::<T>());
+        }
+        let len = (size_of::<T>() * entries).next_multiple_of(page_size() as usize);
+        // SAFETY: a fresh shared mapping of the map's fd; the kernel
+        // checks the size against the map's.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                map.as_fd().as_raw_fd(),
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(std::io::Error::last_os_error())
+                .with_context(|| format!("Failed to mmap the map {name}"));
+        }
+        Ok(MapView {
+            ptr: NonNull::new(ptr.cast()).context("mmap returned NULL")?,
+            entries,
+            len,
+        })
+    }
+
+    /// A copy of entry `i`, read as a whole (the program may be writing).
+    pub fn get(&self, i: usize) -> T {
+        assert!(i < self.entries, "entry {i} of {}", self.entries);
+        // SAFETY: within the mapping; T is Pod.
+        unsafe { self.ptr.as_ptr().add(i).read_volatile() }
+    }
+
+    /// Changes entry `i` (read, `f`, written back): for what the program
+    /// reads when it next runs.
+    pub fn update(&mut self, i: usize, f: impl FnOnce(&mut T)) {
+        let mut v = self.get(i);
+        f(&mut v);
+        // SAFETY: within the mapping; T is Pod.
+        unsafe { self.ptr.as_ptr().add(i).write_volatile(v) };
+    }
+
+    /// The first `n` entries (at most all), borrowed.
+    ///
+    /// # Safety
+    ///
+    /// No program may write the map while the slice lives: for an
+    /// iterator's output, no pass may run.
+    pub unsafe fn slice(&self, n: usize) -> &[T] {
+        // SAFETY: within the mapping; the caller keeps writers out.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), n.min(self.entries)) }
+    }
+
+    /// As [`MapView::slice`], to write what the program reads next.
+    ///
+    /// # Safety
+    ///
+    /// As [`MapView::slice`].
+    pub unsafe fn slice_mut(&mut self, n: usize) -> &mut [T] {
+        // SAFETY: as in `slice`; `&mut self` keeps other slices out.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), n.min(self.entries)) }
+    }
+}
+
+impl<T: Pod> Drop for MapView<T> {
+    fn drop(&mut self) {
+        // SAFETY: unmapping exactly what `new` mapped; every borrow of it
+        // borrows `self`.
+        unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.len) };
+    }
+}
+
+/// The running kernel's BTF.
+pub const VMLINUX_BTF: &str = "/sys/kernel/btf/vmlinux";
+
+/// The kernel's BTF (or a file standing for it), read once: what every
+/// program checks before loading.
+pub struct KernelBtf {
+    btf: Btf<'static>,
+    custom: Option<PathBuf>,
+}
+
+impl KernelBtf {
+    /// [`VMLINUX_BTF`], or `custom`; Err says why there is none.
+    pub fn open(custom: Option<&Path>) -> Result<Self> {
+        let path = custom.unwrap_or(Path::new(VMLINUX_BTF));
+        if !path.exists() {
+            match custom {
+                None => bail!("the kernel has no BTF ({VMLINUX_BTF}; CONFIG_DEBUG_INFO_BTF)"),
+                Some(p) => bail!("no BTF at {}", p.display()),
+            }
+        }
+        let btf =
+            Btf::from_path(path).with_context(|| format!("cannot read {}", path.display()))?;
+        Ok(KernelBtf {
+            btf,
+            custom: custom.map(Path::to_path_buf),
+        })
+    }
+
+    /// The file given instead of the kernel's, for [`load`].
+    pub fn custom_path(&self) -> Option<&Path> {
+        self.custom.as_deref()
+    }
+
+    pub fn btf(&self) -> &Btf<'static> {
+        &self.btf
+    }
+
+    /// Whether a function (a kfunc, or one built only with some CONFIG)
+    /// is in the BTF.
+    pub fn has_func(&self, name: &str) -> bool {
+        self.btf.type_by_name::<types::Func>(name).is_some()
+    }
+
+    /// Member names and values of an enum, if the kernel has it.
+    pub fn enum_values(&self, name: &str) -> Option<Vec<(String, i64)>> {
+        let e = self.btf.type_by_name::<types::Enum>(name)?;
+        Some(
+            e.iter()
+                .filter_map(|m| Some((m.name?.to_string_lossy().into_owned(), m.value)))
+                .collect(),
+        )
+    }
+}
+
+/// The kernel's cputime_adjust(): split rtime in the utime:stime ratio of
+/// the tick samples, never letting either go below `prev` (the last
+/// split; (0, 0) for a single one).
+pub fn cputime_adjust(rtime: u64, utime: u64, stime: u64, prev: (u64, u64)) -> (u64, u64) {
+    let (prev_u, prev_s) = prev;
+    if prev_u + prev_s >= rtime {
+        return prev;
+    }
+    let mut st = if stime == 0 {
+        0
+    } else if utime == 0 {
+        rtime
+    } else {
+        (stime as u128 * rtime as u128 / (stime as u128 + utime as u128)) as u64
+    };
+    st = st.max(prev_s);
+    let mut ut = rtime - st;
+    if ut < prev_u {
+        ut = prev_u;
+        st = rtime - ut;
+    }
+    (ut, st)
+}
+
+/// A NUL-terminated C char array (a skeleton's `[i8; N]`) as a string.
+pub fn c_string(chars: &[i8]) -> String {
+    let bytes: Vec<u8> = chars
+        .iter()
+        .map(|&c| c as u8)
+        .take_while(|&b| b != 0)
+        .collect();
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
+/// The size of a page, for mappings and page counters.
+pub fn page_size() -> u64 {
+    // SAFETY: sysconf has no preconditions.
+    unsafe { libc::sysconf(libc::_SC_PAGESIZE) as u64 }
+}

@@ -1,0 +1,91 @@
+//! Setters by key for the text files whose keys are lists of
+//! cgroup_stats.h (memory.stat, memory.events[.local], memory.numa_stat),
+//! generated from the lists the record's fills are (build.rs copies them
+//! to text_keys.rs): the text and the record name the same fields.
+
+use cgroupfs::MemoryEvents;
+use cgroupfs::MemoryEventsLocal;
+use cgroupfs::MemoryNumaStat;
+use cgroupfs::MemoryStat;
+
+/// `$set(s, key, v)` sets the field of `$ty` that `key` names; false for a
+/// key below does not keep, or one build.rs marks `absent` (no field in
+/// the cgroupfs structs this crate is built with: its arm, "absent <key>",
+/// matches no key of the text).
+macro_rules! setter {
+    ($set:ident, $ty:ty, $(($($key:ident)+))*) => {
+        pub fn $set(s: &mut $ty, key: &str, v: u64) -> bool {
+            match key {
+                $(stringify!($($key)+) => set!(s, v, $($key)+),)*
+                _ => false,
+            }
+        }
+    };
+}
+
+macro_rules! set {
+    ($s:ident, $v:ident, absent $key:ident) => {
+        false
+    };
+    ($s:ident, $v:ident, $key:ident) => {{
+        $s.$key = Some($v);
+        true
+    }};
+}
+
+macro_rules! memstat_keys {
+    ($(($($key:ident)+, $($c:tt)*))*) => {
+        setter!(set_memory_stat, MemoryStat, $(($($key)+))*);
+    };
+}
+
+macro_rules! memcg_events {
+    ($(($($key:ident)+, $event:ident))*) => {
+        setter!(set_memory_events, MemoryEvents, $(($($key)+))*);
+        setter!(set_memory_events_local, MemoryEventsLocal, $(($($key)+))*);
+    };
+}
+
+macro_rules! numa_items {
+    ($(($($key:ident)+, $item:ident, $unit:ident))*) => {
+        setter!(set_numa_stat, MemoryNumaStat, $(($($key)+))*);
+    };
+}
+
+include!(concat!(env!("OUT_DIR"), "/text_keys.rs"));
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bpf::contract::*;
+
+    /// Slot i alone written by `fill` is the field key i sets; ABSENT
+    /// slots are None.
+    fn agree<T: Default + PartialEq + std::fmt::Debug>(
+        fill: fn(&mut T, &[u64]),
+        set: fn(&mut T, &str, u64) -> bool,
+        keys: &[&str],
+    ) {
+        for (i, key) in keys.iter().enumerate() {
+            let mut slots = vec![ABSENT; keys.len()];
+            slots[i] = 7;
+            let (mut a, mut b) = (T::default(), T::default());
+            fill(&mut a, &slots);
+            set(&mut b, key, 7);
+            assert_eq!(a, b, "{key}");
+        }
+        assert!(!set(&mut T::default(), "no_such_key", 7));
+    }
+
+    #[test]
+    fn setters_agree_with_fills() {
+        agree(fill_memory_stat, set_memory_stat, MEMSTAT_KEYS);
+        agree(fill_numa_stat, set_numa_stat, NUMA_KEYS);
+        agree(fill_memory_events, set_memory_events, MEMCG_EVENT_KEYS);
+        agree(
+            fill_memory_events_local,
+            set_memory_events_local,
+            MEMCG_EVENT_KEYS,
+        );
+    }
+}
