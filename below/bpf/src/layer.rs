@@ -20,7 +20,7 @@
 //! - Programs and maps by name: `prog(&obj, "p")?.attach()`, `map(&obj, "m")`, `map(&obj, ".bss")`.
 //! - Iterator: `run_iter(&link, &mut out)` runs one pass to its end (`out`: what it printed).
 //! - Shared memory: `MapView::<T>::new(&map)?` mmaps an array map (`get`, `update`, `slice`);
-//!   `read::<T>(bytes)` for a ring buffer record. `T` is `Pod` (skeleton types: `unsafe impl`).
+//!   `read::<T>(bytes)` for a value in bytes. `T` is `Pod` (skeleton types: `unsafe impl`).
 //! - BTF: `KernelBtf::open(None)` checks it once: `has_func` (kfuncs), `enum_values`.
 //! - Decoding: `cputime_adjust`, `c_string`, `page_size`.
 
@@ -61,8 +61,7 @@ pub unsafe trait Pod: Copy {}
 // SAFETY: an integer.
 unsafe impl Pod for u64 {}
 
-/// A `T` read from the start of `bytes` (a ring buffer record, a map
-/// value); None when too short.
+/// A `T` read from the start of `bytes`; None when too short.
 pub fn read<T: Pod>(bytes: &[u8]) -> Option<T> {
     (bytes.len() >= size_of::<T>())
         // SAFETY: T is Pod and `bytes` holds at least its size;

@@ -19,7 +19,7 @@
  *
  * Each table is one X-macro list, `#define NAME(X) X(entry, args…) …`: C
  * builds its enums and fill code from it, and build.rs hands the same list
- * to Rust (`name! { (entry, args…) … }`, see src/bpf/contract.rs), so the
+ * to Rust (`name! { (entry, args…) … }`, see contract.rs), so the
  * two sides cannot drift. Plain `#define NAME <integer>` constants are
  * handed over too. The record's layout reaches Rust through the libbpf-rs
  * skeleton, and the enums below are in the object's BTF (`contract` in

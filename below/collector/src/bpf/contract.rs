@@ -123,8 +123,8 @@ macro_rules! fact_kind {
     };
 }
 
-/// A key of a list, which build.rs marks `absent key` when the cgroupfs
-/// structs this crate is built with have no field for it.
+/// A key of a list, or `absent key`: one the cgroupfs structs built
+/// against have no field for (a build may mark entries so).
 #[cfg(test)]
 macro_rules! key {
     (absent $key:ident) => {

@@ -12,9 +12,9 @@
 // See the License for the specific language governing permissions and
 // limitations under the License.
 
-// The contract generator of the BPF program's header, shared by the build
-// scripts that compile cgroup_stats.bpf.c (`include!`d: build scripts
-// cannot share a module otherwise).
+// The contract generator of the BPF program's header, for the build script
+// that compiles cgroup_stats.bpf.c (`include!`d: a build script cannot use
+// the crate's modules).
 
 /// The header without comments, continuation lines joined.
 fn logical_lines(text: &str) -> Vec<String> {

@@ -70,9 +70,9 @@ pub(crate) struct Loaded {
 const FIRST_CAPACITY: u32 = 256;
 
 /// Records room for a tree of `cgroups`: a sixteenth and 64 more, so the
-/// kernel pins little past what the tree needs (a power of two above twice
-/// the tree pinned up to 4x) while a growing tree reloads the program (a
-/// verifier pass) only about once per sixteenth it grows.
+/// kernel pins little past what the tree needs while a growing tree
+/// reloads the program (a verifier pass) only about once per sixteenth it
+/// grows.
 pub(crate) fn capacity_for(cgroups: u32) -> u32 {
     cgroups.saturating_add(cgroups / 16).saturating_add(64)
 }
