@@ -213,18 +213,7 @@ pub(crate) fn support(found: &Found) -> Support {
         StatFile::IoPressure,
         StatFile::MemoryPressure,
     ];
-    let psi_gap = if features & FEAT_PSI == 0 {
-        Some("kernel has no cgroup PSI (CONFIG_PSI) or an unknown psi_group layout".to_owned())
-    } else if features & FEAT_PSI_CLOCK == 0 {
-        // Without the clock an idle group's averages stay where they
-        // were when it went idle: no stale values, text instead.
-        Some(format!(
-            "cannot bring the averages to the sample's moment: {}",
-            psi::no_clock_reason(psi_no_clock)
-        ))
-    } else {
-        None
-    };
+    let psi_gap = psi::left_to_files(features, psi_no_clock);
     for f in pressure {
         if let Some(why) = &psi_gap {
             gap(f, why);

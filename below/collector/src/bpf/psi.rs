@@ -26,9 +26,25 @@
 use super::contract::*;
 use super::load::PsiClock;
 
-/// Why a pass could not bring the averages to its moment
-/// (`Pass::psi_no_clock`: PSI_* of cgroup_stats.h), for the log.
-pub(crate) fn no_clock_reason(code: usize) -> &'static str {
+/// Why pressure is left to the files after a pass with `features`
+/// (FEAT_*) and `no_clock` (`Pass::psi_no_clock`), for the log; None when
+/// BPF serves it. Without the clock an idle group's averages stay where
+/// they were when it went idle: no stale values, text instead.
+pub(crate) fn left_to_files(features: u32, no_clock: usize) -> Option<String> {
+    if features & FEAT_PSI == 0 {
+        Some("kernel has no cgroup PSI (CONFIG_PSI) or an unknown psi_group layout".to_owned())
+    } else if features & FEAT_PSI_CLOCK == 0 {
+        Some(format!(
+            "cannot bring the averages to the pass's moment: {}",
+            no_clock_reason(no_clock)
+        ))
+    } else {
+        None
+    }
+}
+
+/// Why a pass has no clock (PSI_* of cgroup_stats.h).
+fn no_clock_reason(code: usize) -> &'static str {
     match code {
         PSI_NO_SYMBOLS => {
             "kernel symbols psi_period, runqueues, __per_cpu_offset (x86: \
