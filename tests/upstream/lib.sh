@@ -160,8 +160,26 @@ target_of() { if [ "$(basename "$1")" = src-stock ]; then echo "$UP/target"; els
 # Cargo in a tree with the harness environment.
 ucargo() {
   local dir=$1; shift
+  [ "${1:-}" = clean ] || vmlinux_output_of "$dir"
   (cd "$dir" && PATH="$UP/shim:$PATH" LIBCLANG_PATH=$LIBCLANG_DIR CARGO_TARGET_DIR="$(target_of "$dir")" \
     nice -n 10 cargo "$@" 8>&-) # no orphan rustc keeps the lock
+}
+
+# below-vmlinux's build output names the headers of the tree that built it,
+# and cargo keys path crates by their path inside the workspace: a target dir
+# copied from another tree, or used by hand from a clone, keeps the other
+# tree's path (cgroupfs's BPF build then looks for a vmlinux.h that is gone).
+# Cleaned so the build script runs again for DIR.
+vmlinux_output_of() {
+  local dir=$1 f
+  for f in "$(target_of "$dir")"/release/build/below-vmlinux-*/output; do
+    [ -f "$f" ] || continue
+    grep -q '/below/vmlinux' "$f" || continue
+    grep -qF "$dir/below/vmlinux" "$f" && continue
+    log "$(target_of "$dir"): below-vmlinux was built from another tree ($(grep -om1 '/[^ ]*/below/vmlinux' "$f")): cargo clean -p below-vmlinux"
+    ucargo "$dir" clean --release -p below-vmlinux >/dev/null 2>&1 || die "cargo clean -p below-vmlinux failed in $dir"
+    return
+  done
 }
 
 # Build below for VARIANT; copy it to $UP/bin/below-main-VARIANT and print
@@ -222,13 +240,11 @@ steps_locked() {
       continue
     fi
     dir=$(upstream_tree "step$k" "$UP/src-steps")
-    # Registry crates from another tree's target dir (built by now); not
-    # below-vmlinux's build output, which names that tree's headers.
+    # Registry crates from another tree's target dir (built by now).
     if [ ! -d "$(target_of "$dir")" ]; then
       for t in "$UP/target-patched" "$UP/target"; do
         [ -d "$t" ] && cp -a "$t" "$(target_of "$dir")" && break
       done
-      ucargo "$dir" clean --release -p below-vmlinux 2>/dev/null || true
     fi
     log "reader patch $k of $n: cargo build --release -p below; cargo test --release -p cgroupfs (log: $log)"
     { ucargo "$dir" build --release -p below && ucargo "$dir" test --release -p cgroupfs; } >"$log" 2>&1 \
