@@ -1,6 +1,8 @@
 //! Compiles the BPF cgroup iterator, generates its libbpf-rs skeleton (the
 //! record layout), and hands the tables of `cgroup_stats.h` to Rust: all
-//! of them to the contract, the key lists also to the text parsers.
+//! of them to the contract, the key lists also to the text parsers. The
+//! same for the fork's top-N program (cgroup_rank.bpf.c, which includes the
+//! iterator) and its pass modes (`cgroup_rank.h`).
 //!
 //! The BPF compiler and its flags: bstats-bpf-build.
 
@@ -8,6 +10,7 @@ use std::env;
 use std::path::PathBuf;
 
 const HEADER: &str = "src/bpf/cgroup_stats.h";
+const RANK_HEADER: &str = "src/bpf/cgroup_rank.h";
 
 include!("src/bpf/contract_gen.rs");
 
@@ -41,22 +44,29 @@ fn mark_absent(mut rust: String) -> String {
 const TEXT_KEY_LISTS: &[&str] = &["memstat_keys!", "memcg_events!", "numa_items!"];
 
 fn main() {
-    for f in [HEADER, "src/bpf/contract_gen.rs"] {
+    for f in [HEADER, RANK_HEADER, "src/bpf/contract_gen.rs"] {
         println!("cargo:rerun-if-changed={f}");
     }
     let out_dir = PathBuf::from(env::var_os("OUT_DIR").expect("OUT_DIR is set by cargo"));
     let header = std::fs::read_to_string(HEADER).expect("reading the contract header");
+    let rank_header = std::fs::read_to_string(RANK_HEADER).expect("reading the top-N header");
+    let rank = contract(RANK_HEADER, &rank_header);
     let contract = mark_absent(contract(HEADER, &header));
     let text_keys: String = contract
         .lines()
         .filter(|l| TEXT_KEY_LISTS.iter().any(|list| l.starts_with(list)))
         .map(|l| format!("{l}\n"))
         .collect();
-    for (file, rust) in [("contract.rs", &contract), ("text_keys.rs", &text_keys)] {
+    for (file, rust) in [
+        ("contract.rs", &contract),
+        ("text_keys.rs", &text_keys),
+        ("rank_contract.rs", &rank),
+    ] {
         std::fs::write(out_dir.join(file), rust).expect("writing the generated contract");
     }
 
     // The object is loaded from its bytes, and read by the contract test
     // (its BTF).
     bstats_bpf_build::build_program("src/bpf", "cgroup_stats");
+    bstats_bpf_build::build_program("src/bpf", "cgroup_rank");
 }

@@ -14,15 +14,15 @@
 
 //! A small layer over libbpf-rs for loading and reading BPF programs:
 //!
-//! - Load: `load(NAME, ELF, btf.custom_path(), |open| { open_map(open, "m")?.set_max_entries(n)?;
+//! - Load: `load(NAME, ELF, None, |open| { open_map(open, "m")?.set_max_entries(n)?;
 //!   set_data(open, ".rodata", |r: &mut Rodata| r.x = 1) })` gives an owned libbpf_rs
 //!   `Object`; a failure says why (the verifier's verdict, a failed CO-RE relocation, else libbpf's error).
 //! - Programs and maps by name: `prog(&obj, "p")?.attach()`, `map(&obj, "m")`, `map(&obj, ".bss")`.
 //! - Iterator: `run_iter(&link, &mut out)` runs one pass to its end (`out`: what it printed).
-//! - Shared memory: `MapView::<T>::new(&map)?` mmaps an array map (`get`, `update`, `slice`);
+//! - Shared memory: `MapView::<T>::new(&map)?` mmaps an array map (`get`, `slice`);
 //!   `read::<T>(bytes)` for a value in bytes. `T` is `Pod` (skeleton types: `unsafe impl`).
 //! - BTF: `KernelBtf::open(None)` checks it once: `has_func` (kfuncs), `enum_values`.
-//! - Decoding: `cputime_adjust`, `c_string`, `page_size`.
+//! - Decoding: `cputime_adjust`, `c_bytes`, `page_size`.
 
 use std::ffi::CString;
 use std::io::ErrorKind;
@@ -31,7 +31,6 @@ use std::os::fd::AsFd;
 use std::os::fd::AsRawFd;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
-use std::path::PathBuf;
 use std::ptr::NonNull;
 
 use anyhow::bail;
@@ -244,7 +243,7 @@ pub fn run_iter(link: &Link, out: &mut Vec<u8>) -> Result<()> {
 }
 
 /// An array map mmapped into this process: what the kernel writes there
-/// is seen without a syscall, what we write the program sees.
+/// is seen without a syscall.
 pub struct MapView<T: Pod> {
     ptr: NonNull<T>,
     entries: usize,
@@ -275,7 +274,7 @@ impl<T: Pod> MapView<T> {
             libc::mmap(
                 std::ptr::null_mut(),
                 len,
-                libc::PROT_READ | libc::PROT_WRITE,
+                libc::PROT_READ,
                 libc::MAP_SHARED,
                 map.as_fd().as_raw_fd(),
                 0,
@@ -299,15 +298,6 @@ impl<T: Pod> MapView<T> {
         unsafe { self.ptr.as_ptr().add(i).read_volatile() }
     }
 
-    /// Changes entry `i` (read, `f`, written back): for what the program
-    /// reads when it next runs.
-    pub fn update(&mut self, i: usize, f: impl FnOnce(&mut T)) {
-        let mut v = self.get(i);
-        f(&mut v);
-        // SAFETY: within the mapping; T is Pod.
-        unsafe { self.ptr.as_ptr().add(i).write_volatile(v) };
-    }
-
     /// The first `n` entries (at most all), borrowed.
     ///
     /// # Safety
@@ -317,16 +307,6 @@ impl<T: Pod> MapView<T> {
     pub unsafe fn slice(&self, n: usize) -> &[T] {
         // SAFETY: within the mapping; the caller keeps writers out.
         unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), n.min(self.entries)) }
-    }
-
-    /// As [`MapView::slice`], to write what the program reads next.
-    ///
-    /// # Safety
-    ///
-    /// As [`MapView::slice`].
-    pub unsafe fn slice_mut(&mut self, n: usize) -> &mut [T] {
-        // SAFETY: as in `slice`; `&mut self` keeps other slices out.
-        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), n.min(self.entries)) }
     }
 }
 
@@ -345,7 +325,6 @@ pub const VMLINUX_BTF: &str = "/sys/kernel/btf/vmlinux";
 /// program checks before loading.
 pub struct KernelBtf {
     btf: Btf<'static>,
-    custom: Option<PathBuf>,
 }
 
 impl KernelBtf {
@@ -360,15 +339,7 @@ impl KernelBtf {
         }
         let btf =
             Btf::from_path(path).with_context(|| format!("cannot read {}", path.display()))?;
-        Ok(KernelBtf {
-            btf,
-            custom: custom.map(Path::to_path_buf),
-        })
-    }
-
-    /// The file given instead of the kernel's, for [`load`].
-    pub fn custom_path(&self) -> Option<&Path> {
-        self.custom.as_deref()
+        Ok(KernelBtf { btf })
     }
 
     pub fn btf(&self) -> &Btf<'static> {
@@ -416,14 +387,14 @@ pub fn cputime_adjust(rtime: u64, utime: u64, stime: u64, prev: (u64, u64)) -> (
     (ut, st)
 }
 
-/// A NUL-terminated C char array (a skeleton's `[i8; N]`) as a string.
-pub fn c_string(chars: &[i8]) -> String {
-    let bytes: Vec<u8> = chars
+/// The bytes of a NUL-terminated C char array (a skeleton's `[i8; N]`)
+/// before the NUL.
+pub fn c_bytes(chars: &[i8]) -> Vec<u8> {
+    chars
         .iter()
         .map(|&c| c as u8)
         .take_while(|&b| b != 0)
-        .collect();
-    String::from_utf8_lossy(&bytes).into_owned()
+        .collect()
 }
 
 /// The size of a page, for mappings and page counters.

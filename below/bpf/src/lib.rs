@@ -1,7 +1,7 @@
 //! The one BPF layer of our programs: `layer`'s items (carried into
 //! below main's cgroupfs as its module `layer`, so only what its reader
-//! uses), and here what only our crates use: a tracepoint probe and CPU
-//! clocks.
+//! uses), and here what only our crates use: a tracepoint probe, names as
+//! strings and CPU clocks.
 
 use std::time::Duration;
 
@@ -16,6 +16,12 @@ impl KernelBtf {
     pub fn has_typedef(&self, name: &str) -> bool {
         self.btf().type_by_name::<types::Typedef>(name).is_some()
     }
+}
+
+/// A NUL-terminated C char array (a skeleton's `[i8; N]`) as a string,
+/// invalid UTF-8 replaced: for names shown, not for paths.
+pub fn c_string(chars: &[i8]) -> String {
+    String::from_utf8_lossy(&c_bytes(chars)).into_owned()
 }
 
 fn clock(id: libc::clockid_t) -> Duration {

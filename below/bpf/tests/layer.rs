@@ -50,7 +50,7 @@ fn loads_runs_an_iterator_and_shares_its_maps() {
     let link = bstats_bpf::prog(&obj, "count_tasks")
         .and_then(|p| Ok(p.attach()?))
         .expect("attach");
-    let mut bss = MapView::<u64>::new(&bstats_bpf::map(&obj, ".bss").expect(".bss")).expect("mmap");
+    let bss = MapView::<u64>::new(&bstats_bpf::map(&obj, ".bss").expect(".bss")).expect("mmap");
     for pass in 0..2 {
         let mut out = Vec::new();
         bstats_bpf::run_iter(&link, &mut out).expect("pass");
@@ -59,9 +59,6 @@ fn loads_runs_an_iterator_and_shares_its_maps() {
         assert_eq!(printed(&out), counted, "pass {pass}");
         assert_eq!(counted % 3, 0, "the .rodata step set at load");
         assert!(counted / 3 > 1, "more than one task: {counted}");
-        // A write the program sees: it resets the count at its first task.
-        bss.update(0, |c| *c = 1);
-        assert_eq!(bss.get(0), 1);
     }
     let err = bstats_bpf::map(&obj, "no_such_map").expect_err("no such map");
     assert_eq!(err.to_string(), "the BPF object has no map no_such_map");
@@ -108,7 +105,6 @@ fn reads_the_kernels_btf_once() {
     assert!(btf.has_typedef("btf_trace_sched_process_exit"));
     let maps = btf.enum_values("bpf_map_type").expect("enum bpf_map_type");
     assert!(maps.contains(&("BPF_MAP_TYPE_ARRAY".to_owned(), 2)));
-    assert_eq!(btf.custom_path(), None);
     let err = bstats_bpf::KernelBtf::open(Some(Path::new("/no/such/btf")))
         .err()
         .expect("no file");

@@ -52,12 +52,6 @@ struct {
 /* Cgroups visited by the last pass, counted past the map's capacity so
  * user space knows how far to grow it. */
 __u32 nr_cgroups;
-/* PASS_* and the HAS_* groups of a RANK pass: set by user space. */
-__u32 pass_mode;
-__u32 rank_groups;
-/* Set by a WANTED pass that found another cgroup in a wanted record's
- * slot than the RANK pass did (the tree changed between them). */
-__u32 moved;
 /* FEAT_* bits: what this kernel let the last pass do. */
 __u32 features;
 /* The KERNEL_FACTS this kernel has, bit FACT_*: set by every pass. */
@@ -657,7 +651,7 @@ static __always_inline void fill_numa(struct record *r, __u32 idx,
 				 field)                                                \
 		 : ABSENT)
 
-/* The usage of page counter `pc` (an atomic_long_t), for ranking too. */
+/* The usage of page counter `pc` (an atomic_long_t). */
 #define USAGE(memcg, pc)                                                              \
 	(have_memcg_##pc() && have_page_counter_usage()                               \
 		 ? BPF_CORE_READ((struct page_counter___local *)&(memcg)->pc,         \
@@ -748,24 +742,6 @@ static __always_inline void fill_memstat(struct record *r, struct mem_cgroup *m)
 #undef FILL
 }
 
-/* The ranked value only (RANK pass): no other field of the group. */
-static __always_inline void fill_rank(struct record *r, struct cgroup *cgrp)
-{
-	struct mem_cgroup___local *memcg;
-
-	if (rank_groups & HAS_BSTAT) {
-		r->usage_ns = BPF_CORE_READ(cgrp, bstat.cputime.sum_exec_runtime);
-		r->flags |= HAS_BSTAT;
-	}
-	memcg = OWN_CSS(cgrp, memory);
-	if ((rank_groups & HAS_MEMCG) && memcg) {
-		r->mem_usage = USAGE(memcg, memory);
-		r->flags |= HAS_MEMCG;
-	}
-	if (rank_groups & HAS_PSI)
-		fill_psi(r, cgrp);
-}
-
 /* Once per pass, at the walk root: later cgroups read flushed state. The
  * iterator holds cgroup_mutex for the whole walk, so flush nowhere else. */
 static __always_inline void flush_at_walk_root(struct cgroup *cgrp)
@@ -812,47 +788,25 @@ static __always_inline void flush_at_walk_root(struct cgroup *cgrp)
 	facts = 0 KERNEL_FACTS(FACT_BIT);
 }
 
-SEC("iter.s/cgroup")
-int cgroup_stats(struct bpf_iter__cgroup *ctx)
+/* The record of `cgrp`, this step of the walk, its index in `idx`; NULL
+ * past the map's capacity (counted: user space grows the map). The walk
+ * root starts the pass. */
+static __always_inline struct record *next_record(struct bpf_iter__cgroup *ctx,
+						  struct cgroup *cgrp, __u32 *idx)
 {
-	struct cgroup *cgrp = ctx->cgroup;
-	struct record *r;
-	bool same, want;
-	__u32 idx;
-
-	if (!cgrp)
-		return 0;
 	if (ctx->meta->seq_num == 0) {
 		nr_cgroups = 0;
-		moved = 0;
 		flush_at_walk_root(cgrp);
 	}
-	idx = nr_cgroups++;
-	r = bpf_map_lookup_elem(&records, &idx);
-	if (!r)
-		return 0; /* over capacity: counted, user space grows the map */
-	/* The slot holds the cgroup it held at the last pass; `want` is for
-	 * that one only. */
-	same = r->id == BPF_CORE_READ(cgrp, kn, id);
-	want = r->want && same;
-	if (pass_mode == PASS_WANTED) {
-		if (r->want && !want)
-			moved = 1;
-		if (!want)
-			return 0;
-	}
+	*idx = nr_cgroups++;
+	return bpf_map_lookup_elem(&records, idx);
+}
 
-	/* Too big to clear whole: each HAS_* group is written in full when
-	 * its flag is set, and user space reads nothing else. */
+/* Every group of the record. Too big to clear whole: each HAS_* group is
+ * written in full when its flag is set, and user space reads nothing else. */
+static __always_inline void fill_record(struct record *r, __u32 idx, struct cgroup *cgrp)
+{
 	r->flags = 0;
-	if (pass_mode == PASS_RANK && !want) {
-		r->want = 0;
-		/* cgroup2 has no rename or move: user space knows the rest. */
-		if (!same)
-			fill_place(r, cgrp);
-		fill_rank(r, cgrp);
-		return 0;
-	}
 	fill_tree(r, cgrp);
 	fill_cpu(r, cgrp);
 	fill_psi(r, cgrp);
@@ -867,5 +821,19 @@ int cgroup_stats(struct bpf_iter__cgroup *ctx)
 			bpf_put_mem_cgroup(m);
 		}
 	}
+}
+
+SEC("iter.s/cgroup")
+int cgroup_stats(struct bpf_iter__cgroup *ctx)
+{
+	struct cgroup *cgrp = ctx->cgroup;
+	struct record *r;
+	__u32 idx;
+
+	if (!cgrp)
+		return 0;
+	r = next_record(ctx, cgrp, &idx);
+	if (r)
+		fill_record(r, idx, cgrp);
 	return 0;
 }

@@ -33,17 +33,6 @@
 /* A value the kernel does not have (config, version): shown as None. */
 #define ABSENT (~0ULL)
 
-/* What a pass writes (global `pass_mode`, set by user space per pass):
- * FULL every record in full; RANK in full the records whose `want` user
- * space set (still the same cgroup in the slot: the last sample's top N,
- * usually this one's too) and of the others the groups in `rank_groups`
- * (the ranked value) and, if the slot holds another cgroup than at the
- * last pass, id, parent_id, level and name, clearing `want`; WANTED in
- * full the records whose `want` user space set, no others. */
-#define PASS_FULL 0
-#define PASS_RANK 1
-#define PASS_WANTED 2
-
 /* cpuset masks: 512 CPUs, 64 memory nodes; larger machines use text. */
 #define CPU_WORDS 8
 /* memory.numa_stat: node ids below NUMA_NODES (more nodes use text). */
@@ -282,8 +271,6 @@ struct record {
 	__u32 subtree_control;
 	__u32 nr_descendants;
 	__u32 nr_dying_descendants;
-	/* Set by user space: read in full at the next RANK or WANTED pass. */
-	__u64 want;
 	/* cpu.stat: raw ns; user/system are scaled in user space */
 	__u64 usage_ns;
 	__u64 utime_ns;

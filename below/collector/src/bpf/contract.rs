@@ -89,6 +89,8 @@ pub(crate) enum FactKind {
 
 /// What the program reads beyond the basics, and the files that need it.
 pub(crate) struct Fact {
+    /// As in C: the tests' handle on it.
+    #[cfg(test)]
     pub(crate) name: &'static str,
     pub(crate) kind: FactKind,
     /// The struct or enum, and its member or value.
@@ -102,6 +104,7 @@ pub(crate) struct Fact {
 macro_rules! kernel_facts {
     ($(($name:ident, $kind:ident, $ty:ident, $member:ident, $($files:literal)+))*) => {
         pub(crate) const KERNEL_FACTS: &[Fact] = &[$(Fact {
+            #[cfg(test)]
             name: stringify!($name),
             kind: fact_kind!($kind),
             ty: stringify!($ty),

@@ -23,6 +23,8 @@
 use std::collections::BTreeMap;
 use std::collections::BTreeSet;
 use std::collections::HashMap;
+use std::ffi::OsString;
+use std::os::unix::ffi::OsStringExt;
 
 use cgroupfs::CgroupStat;
 use cgroupfs::CpuMax;
@@ -281,9 +283,10 @@ pub(crate) fn bits(words: &[u64], limit: usize) -> BTreeSet<u32> {
         .collect()
 }
 
-/// The record's name: the kernel NUL-terminates it within the array.
-pub(crate) fn name(r: &Record) -> String {
-    layer::c_string(&r.name)
+/// The record's name, its bytes as the directory's (any but '/' and NUL,
+/// not always UTF-8): the kernel NUL-terminates it within the array.
+pub(crate) fn name(r: &Record) -> OsString {
+    OsString::from_vec(layer::c_bytes(&r.name))
 }
 
 #[cfg(test)]

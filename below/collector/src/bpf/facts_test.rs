@@ -34,7 +34,7 @@ fn probe_against(root: &File, btf: &Path) -> Found {
     let mut backend = probe
         .backend
         .unwrap_or_else(|| panic!("the program did not load: {cap:?}"));
-    let facts = backend.loaded.run(PASS_FULL, 0).expect("a pass").facts;
+    let facts = backend.program.run().expect("a pass").facts;
     Found { plan, facts }
 }
 

@@ -27,6 +27,7 @@ use libbpf_rs::CgroupIterOrder;
 use libbpf_rs::IterOpts;
 use libbpf_rs::Link;
 use libbpf_rs::Object;
+use libbpf_rs::OpenObject;
 
 use super::contract::skel::types::bss as Bss;
 use super::contract::skel::types::rodata as Rodata;
@@ -90,41 +91,54 @@ impl Loaded {
         config: LoadConfig,
         btf: Option<PathBuf>,
     ) -> Result<Self> {
-        // Rows for the node ids numa_stat can print, none when not served.
-        let numa_nodes = if config.numa.is_some() {
-            config.nodes
-        } else {
-            0
-        };
-        let numa_rows = (capacity as usize * numa_nodes).max(1);
         let object = layer::load("cgroup_stats", OBJECT, btf.as_deref(), |open| {
-            layer::open_map(open, "records")?
-                .set_max_entries(capacity)
-                .context("Failed to size the records map")?;
-            layer::open_map(open, "numa")?
-                .set_max_entries(u32::try_from(numa_rows)?)
-                .context("Failed to size the numa map")?;
-            layer::set_data(open, ".rodata", |rodata: &mut Rodata| {
-                rodata.cpumask_bytes = (config.cpus.div_ceil(64) * 8).min(CPU_WORDS * 8) as u32;
-                rodata.nr_cpus = config.cpus as u32;
-                rodata.kfuncs = config.kfuncs;
-                if let Some(layout) = config.numa {
-                    rodata.numa_node_ids = config.nodes as u32;
-                    rodata.numa_idx = layout;
-                }
-            })
+            Self::prepare(open, capacity, &config)
         })?;
+        Self::attach(object, "cgroup_stats", root, capacity, config, btf)
+    }
+
+    /// Before the load of an object holding the program: sizes its maps
+    /// for `capacity` records and sets its constants.
+    pub(crate) fn prepare(open: &mut OpenObject, capacity: u32, config: &LoadConfig) -> Result<()> {
+        let numa_rows = (capacity as usize * numa_nodes(config)).max(1);
+        layer::open_map(open, "records")?
+            .set_max_entries(capacity)
+            .context("Failed to size the records map")?;
+        layer::open_map(open, "numa")?
+            .set_max_entries(u32::try_from(numa_rows)?)
+            .context("Failed to size the numa map")?;
+        layer::set_data(open, ".rodata", |rodata: &mut Rodata| {
+            rodata.cpumask_bytes = (config.cpus.div_ceil(64) * 8).min(CPU_WORDS * 8) as u32;
+            rodata.nr_cpus = config.cpus as u32;
+            rodata.kfuncs = config.kfuncs;
+            if let Some(layout) = config.numa {
+                rodata.numa_node_ids = config.nodes as u32;
+                rodata.numa_idx = layout;
+            }
+        })
+    }
+
+    /// After the load: attaches `prog`, an iterator over the cgroups under
+    /// `root`, and maps the records and .bss.
+    pub(crate) fn attach(
+        object: Object,
+        prog: &str,
+        root: BorrowedFd,
+        capacity: u32,
+        config: LoadConfig,
+        btf: Option<PathBuf>,
+    ) -> Result<Self> {
         let mut opts = CgroupIterOpts::from_fd(root);
         // The kernel rejects order 0 (libbpf-rs's Default).
         opts.order = CgroupIterOrder::DescendantsPre;
-        let link = layer::prog(&object, "cgroup_stats")?
+        let link = layer::prog(&object, prog)?
             .attach_iter_with_opts(IterOpts::Cgroup(opts))
             .context("Failed to attach the cgroup iterator")?;
         Ok(Loaded {
             link,
             records: MapView::new(&layer::map(&object, "records")?)?,
             numa: MapView::new(&layer::map(&object, "numa")?)?,
-            numa_nodes,
+            numa_nodes: numa_nodes(&config),
             bss: MapView::new(&layer::map(&object, ".bss")?)?,
             _object: object,
             capacity,
@@ -133,13 +147,8 @@ impl Loaded {
         })
     }
 
-    /// Runs one pass of `mode` (PASS_*; `rank_groups`: HAS_* bits a RANK
-    /// pass reads).
-    pub(crate) fn run(&mut self, mode: usize, rank_groups: u32) -> Result<Pass> {
-        self.bss.update(0, |bss| {
-            bss.pass_mode = mode as u32;
-            bss.rank_groups = rank_groups;
-        });
+    /// Runs one pass.
+    pub(crate) fn run(&mut self) -> Result<Pass> {
         // The program prints nothing.
         layer::run_iter(&self.link, &mut Vec::new())?;
         let bss = self.bss.get(0);
@@ -148,7 +157,6 @@ impl Loaded {
             features: bss.features,
             facts: bss.facts,
             memory_nodes: bss.memory_nodes,
-            moved: bss.moved != 0,
             psi_clock: (bss.features & FEAT_PSI_CLOCK != 0).then_some(PsiClock {
                 now: bss.psi_now,
                 period: bss.psi_period_ns,
@@ -157,24 +165,24 @@ impl Loaded {
         })
     }
 
-    /// One pass of `mode` over every cgroup under `root` (the root it was
-    /// loaded with): with more cgroups than room, the map grows (a new
-    /// load) and the pass runs again.
-    pub(crate) fn run_all(
-        &mut self,
-        root: BorrowedFd,
-        mode: usize,
-        rank_groups: u32,
-    ) -> Result<Pass> {
+    /// One pass over every cgroup under `root` (the root it was loaded
+    /// with): with more cgroups than room, the map grows (a new load) and
+    /// the pass runs again.
+    pub(crate) fn run_all(&mut self, root: BorrowedFd) -> Result<Pass> {
         loop {
-            let pass = self.run(mode, rank_groups)?;
-            if pass.cgroups <= self.capacity {
+            let pass = self.run()?;
+            let Some(cap) = self.room_for(&pass) else {
                 return Ok(pass);
-            }
-            let cap = capacity_for(pass.cgroups);
+            };
             *self = Loaded::new(root, cap, self.config, self.btf.clone())
                 .with_context(|| format!("cannot grow the records map to {cap} cgroups"))?;
         }
+    }
+
+    /// The records capacity a new load needs when `pass` saw more cgroups
+    /// than this one has room for.
+    pub(crate) fn room_for(&self, pass: &Pass) -> Option<u32> {
+        (pass.cgroups > self.capacity).then(|| capacity_for(pass.cgroups))
     }
 
     /// What the program was loaded with.
@@ -196,12 +204,15 @@ impl Loaded {
         let rows = unsafe { self.numa.slice((i + 1) * n) };
         rows.get(i * n..).unwrap_or_default()
     }
+}
 
-    /// As [`Loaded::records`], to set `want` before a WANTED pass.
-    pub(crate) fn records_mut(&mut self, n: u32) -> &mut [Record] {
-        // SAFETY: as in `records`; the mutable borrow of self keeps any
-        // other slice and any run out while this one is alive.
-        unsafe { self.records.slice_mut(n as usize) }
+/// Rows per record for the node ids memory.numa_stat can print; none when
+/// it is not served.
+fn numa_nodes(config: &LoadConfig) -> usize {
+    if config.numa.is_some() {
+        config.nodes
+    } else {
+        0
     }
 }
 
@@ -224,8 +235,6 @@ pub(crate) struct Pass {
     pub(crate) facts: u64,
     /// The nodes memory.numa_stat prints (N_MEMORY).
     pub(crate) memory_nodes: u64,
-    /// A WANTED pass found the tree changed since the RANK pass.
-    pub(crate) moved: bool,
     /// The clocks pressure averages are brought to (FEAT_PSI_CLOCK).
     pub(crate) psi_clock: Option<PsiClock>,
     /// Why there is none (PSI_*).

@@ -7,6 +7,8 @@
 //!   (record layout and tables; `contract` is its Rust side, generated);
 //! - `load`: loading, running a pass, reading the records (through the
 //!   BPF layer, bstats-bpf);
+//! - `cgroup_rank.bpf.c`, `rank`: the fork's top-N program, the same walk
+//!   in pass modes (the core program is below main's, `cgroup_rank.h`);
 //! - `protocol`: which passes a sample runs (FULL, or RANK then WANTED);
 //! - `probe`: what this kernel allows, per stat file;
 //! - `decode`: a record to a `CgroupSample`.
@@ -30,10 +32,11 @@ mod probe;
 mod probe_test;
 mod protocol;
 mod psi;
+mod rank;
 mod sample;
 
 use std::collections::HashMap;
-use std::os::fd::BorrowedFd;
+use std::path::PathBuf;
 use std::time::Duration;
 use std::time::Instant;
 
@@ -47,9 +50,10 @@ use self::decode::PrevCputime;
 use self::load::Loaded;
 use self::load::Pass;
 pub(crate) use self::probe::probe;
-use self::protocol::Passes;
 use self::protocol::Rank;
 use self::protocol::Visible;
+use self::rank::Passing;
+use self::rank::Program;
 use crate::read::RootText;
 use crate::read::Walker;
 use crate::table::Table;
@@ -60,33 +64,15 @@ use crate::StatFile;
 use crate::TopBy;
 
 pub(crate) struct BpfBackend {
-    loaded: Loaded,
+    program: Program,
+    /// The BTF file it is relocated against, if not the kernel's.
+    btf: Option<PathBuf>,
     /// Record index of each table position, this pass.
     records: Vec<usize>,
     root_text: Option<RootText>,
     prev_cputime: PrevCputime,
     /// Thread CPU and wall time of the last sample's pass.
     pub(crate) last_pass: (Duration, Duration),
-}
-
-/// The loaded program running passes under `root`.
-struct Program<'a> {
-    loaded: &'a mut Loaded,
-    root: BorrowedFd<'a>,
-}
-
-impl Passes for Program<'_> {
-    fn run_all(&mut self, mode: usize, rank_groups: u32) -> Result<Pass> {
-        self.loaded.run_all(self.root, mode, rank_groups)
-    }
-
-    fn records(&self, n: u32) -> &[Record] {
-        self.loaded.records(n)
-    }
-
-    fn records_mut(&mut self, n: u32) -> &mut [Record] {
-        self.loaded.records_mut(n)
-    }
 }
 
 /// A pass's records indexed into the table.
@@ -96,9 +82,11 @@ struct Indexed<'a> {
 }
 
 impl BpfBackend {
-    fn new(loaded: Loaded) -> Self {
+    /// `cgroups`: what the pass `loaded` ran saw; `btf`: as it was loaded.
+    fn new(loaded: Loaded, cgroups: u32, btf: Option<PathBuf>) -> Self {
         BpfBackend {
-            loaded,
+            program: Program::Core { loaded, cgroups },
+            btf,
             records: Vec::new(),
             root_text: None,
             prev_cputime: HashMap::new(),
@@ -114,7 +102,7 @@ impl BpfBackend {
 
     /// The iterator pass alone; returns the number of cgroups visited.
     pub(crate) fn pass(&mut self) -> Result<u32> {
-        self.loaded.run(contract::PASS_FULL, 0).map(|p| p.cgroups)
+        self.program.run().map(|p| p.cgroups)
     }
 
     /// One sample into `table`: `bpf` files from the records, `text`
@@ -134,7 +122,7 @@ impl BpfBackend {
         errors: &mut Vec<FileError>,
     ) -> Result<()> {
         let (cpu, wall) = (layer::thread_cpu_time(), Instant::now());
-        let config = *self.loaded.config();
+        let config = *self.program.loaded().config();
         let by = top.as_ref().map(|t| t.top.by);
         let mut choose = |ix: &Indexed, records: &[Record], pass: &Pass| {
             let ranker = top.as_deref_mut().expect("a rank pass only with top");
@@ -148,9 +136,10 @@ impl BpfBackend {
             groups,
             choose: &mut choose,
         });
-        let mut program = Program {
-            loaded: &mut self.loaded,
+        let mut program = Passing {
+            program: &mut self.program,
             root: walker.root_fd(),
+            btf: self.btf.as_ref(),
         };
         let mut ix = Indexed {
             table,
@@ -165,7 +154,7 @@ impl BpfBackend {
             table.retain(keep);
         }
         let decoder = Decoder::new(&config, &sampled.pass);
-        let loaded = &self.loaded;
+        let loaded = self.program.loaded();
         let records = loaded.records(sampled.pass.cgroups);
         let mut prev = std::mem::take(&mut self.prev_cputime);
         let root_text = &mut self.root_text;
@@ -208,7 +197,8 @@ impl Visible for Indexed<'_> {
                 }
             };
             let name = || match parent {
-                Some(_) => decode::name(r),
+                // below 0.9's model names cgroups with Strings.
+                Some(_) => decode::name(r).to_string_lossy().into_owned(),
                 None => String::new(),
             };
             if self.table.visit(r.id, parent, name).is_some() {

@@ -78,8 +78,8 @@ pub(crate) fn probe_with(root_fd: BorrowedFd, btf: Option<&Path>) -> Probe {
         Ok(l) => l,
         Err(e) => return fail(format!("cannot load the cgroup iterator: {e:#}")),
     };
-    let (features, facts, psi_no_clock) = match loaded.run(PASS_FULL, 0) {
-        Ok(pass) => (pass.features, pass.facts, pass.psi_no_clock),
+    let (features, facts, psi_no_clock, cgroups) = match loaded.run() {
+        Ok(pass) => (pass.features, pass.facts, pass.psi_no_clock, pass.cgroups),
         Err(e) => return fail(format!("the cgroup iterator failed: {e:#}")),
     };
     let found = Found {
@@ -96,7 +96,7 @@ pub(crate) fn probe_with(root_fd: BorrowedFd, btf: Option<&Path>) -> Probe {
     };
     Probe {
         capability: Ok(support(&found)),
-        backend: Some(BpfBackend::new(loaded)),
+        backend: Some(BpfBackend::new(loaded, cgroups, btf.map(Path::to_path_buf))),
     }
 }
 
@@ -259,7 +259,8 @@ pub(crate) fn fact_files(fact: &'static Fact) -> impl Iterator<Item = StatFile> 
         .split_whitespace()
         .filter(|name| !NOT_IN_THE_MODEL.contains(name))
         .map(|name| {
-            StatFile::by_name(name).unwrap_or_else(|| panic!("{}: no stat file {name}", fact.name))
+            StatFile::by_name(name)
+                .unwrap_or_else(|| panic!("{}.{}: no stat file {name}", fact.ty, fact.member))
         })
 }
 

@@ -3,8 +3,7 @@
 //!
 //! Without ranking a sample is one FULL pass. Ranked by a value the record
 //! holds, it is a RANK pass (the tree and the ranked value of every cgroup,
-//! and in full the ones user space marked `want`: those the last sample
-//! kept). When the choice holds a cgroup that pass did not read in full (the
+//! and in full the ones user space wants: those the last sample kept). When the choice holds a cgroup that pass did not read in full (the
 //! first sample, a newcomer to the top N), a WANTED pass reads the chosen
 //! ones; should the tree change between the two (a record holds another
 //! cgroup, or the count differs), a FULL pass reads it again and the choice
@@ -15,21 +14,25 @@ use std::collections::HashSet;
 use anyhow::Result;
 
 use super::contract::Record;
-use super::contract::PASS_FULL;
-use super::contract::PASS_RANK;
-use super::contract::PASS_WANTED;
 use super::load::Pass;
+use super::rank::PASS_FULL;
+use super::rank::PASS_RANK;
+use super::rank::PASS_WANTED;
 
 /// Runs passes and lends their records.
 pub(crate) trait Passes {
     /// One pass of `mode` (PASS_*; `rank_groups`: the HAS_* groups a RANK
-    /// pass reads) over every cgroup: the records grow to hold them (their
-    /// `want` marks are lost then).
-    fn run_all(&mut self, mode: usize, rank_groups: u32) -> Result<Pass>;
+    /// pass reads) over every cgroup: the records grow to hold them (the
+    /// wanted marks are lost then). True when a WANTED pass found a wanted
+    /// slot holding another cgroup.
+    fn run_all(&mut self, mode: usize, rank_groups: u32) -> Result<(Pass, bool)>;
     /// The first `n` records.
     fn records(&self, n: u32) -> &[Record];
-    /// As [`Passes::records`], to mark `want`.
-    fn records_mut(&mut self, n: u32) -> &mut [Record];
+    /// Per record slot, the id of the cgroup wanted in full there (0: none)
+    /// as last set; fewer slots, or none since the records grew.
+    fn wanted(&self) -> &[u64];
+    /// Sets them for the next passes.
+    fn set_wanted(&mut self, wanted: Vec<u64>) -> Result<()>;
 }
 
 /// The cgroups a sample shows, by record index, learnt anew after each
@@ -64,35 +67,36 @@ pub(crate) fn sample<P: Passes, V: Visible>(
     rank: Option<Rank<'_, V>>,
 ) -> Result<Sampled> {
     let Some(rank) = rank else {
-        let pass = p.run_all(PASS_FULL, 0)?;
+        let (pass, _) = p.run_all(PASS_FULL, 0)?;
         view.index(p.records(pass.cgroups));
         return Ok(Sampled { pass, keep: None });
     };
-    let mut pass = p.run_all(PASS_RANK, rank.groups)?;
+    let (mut pass, _) = p.run_all(PASS_RANK, rank.groups)?;
     let n = pass.cgroups;
     view.index(p.records(n));
     let mut keep = (rank.choose)(view, p.records(n), &pass);
-    let records = p.records_mut(n);
-    // The RANK pass read in full what was marked: is that all we keep?
-    let complete = (view.visible().iter().zip(&keep)).all(|(&i, &k)| !k || records[i].want != 0);
-    records.iter_mut().for_each(|r| r.want = 0);
-    for (&i, &k) in view.visible().iter().zip(&keep) {
-        records[i].want = k as u64;
+    let records = p.records(n);
+    let mut wanted = vec![0; records.len()];
+    for (&i, _) in (view.visible().iter().zip(&keep)).filter(|&(_, &k)| k) {
+        wanted[i] = records[i].id;
     }
+    // The RANK pass read in full the cgroups wanted: is that all we keep?
+    let marked = p.wanted();
+    let complete =
+        (wanted.iter().enumerate()).all(|(i, &id)| id == 0 || marked.get(i) == Some(&id));
+    // Taken now: a pass that grows the map replaces these records.
+    let kept: HashSet<u64> = wanted.iter().copied().filter(|&id| id != 0).collect();
+    p.set_wanted(wanted)?;
     if complete {
         return Ok(Sampled {
             pass,
             keep: Some(keep),
         });
     }
-    // Taken now: a pass that grows the map replaces these records.
-    let kept: HashSet<u64> = (view.visible().iter().zip(&keep))
-        .filter(|&(_, &k)| k)
-        .map(|(&i, _)| records[i].id)
-        .collect();
-    pass = p.run_all(PASS_WANTED, 0)?;
-    if pass.moved || pass.cgroups != n {
-        pass = p.run_all(PASS_FULL, 0)?;
+    let moved;
+    (pass, moved) = p.run_all(PASS_WANTED, 0)?;
+    if moved || pass.cgroups != n {
+        (pass, _) = p.run_all(PASS_FULL, 0)?;
         let records = p.records(pass.cgroups);
         view.index(records);
         keep = (view.visible().iter())

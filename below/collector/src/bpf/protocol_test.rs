@@ -1,5 +1,5 @@
 //! The pass protocol against a model of the program's pass modes (what
-//! cgroup_stats() does with `want`, `moved` and the map's capacity), with
+//! cgroup_rank() does with `wanted`, `moved` and the map's capacity), with
 //! a tree that may change between two passes of one sample.
 
 use super::*;
@@ -22,6 +22,8 @@ type Change = Box<dyn FnMut(&mut Vec<Cgroup>)>;
 struct Model {
     tree: Vec<Cgroup>,
     records: Vec<Record>,
+    /// The `wanted` map, as large as the records'.
+    marks: Vec<u64>,
     /// Applied to the tree before the pass of this number (0-based).
     change: Option<(usize, Change)>,
     modes: Vec<usize>,
@@ -37,12 +39,13 @@ impl Model {
         Model {
             tree,
             records: vec![Record::default(); capacity],
+            marks: vec![0; capacity],
             change: None,
             modes: Vec::new(),
         }
     }
 
-    fn run(&mut self, mode: usize, groups: u32) -> Pass {
+    fn run(&mut self, mode: usize, groups: u32) -> (Pass, bool) {
         if let Some((at, f)) = &mut self.change {
             if *at == self.modes.len() {
                 f(&mut self.tree);
@@ -54,18 +57,17 @@ impl Model {
             let Some(r) = self.records.get_mut(idx) else {
                 continue;
             };
-            let same = r.id == c.id;
-            let want = r.want != 0 && same;
+            let w = self.marks[idx];
+            let want = w == c.id;
             if mode == PASS_WANTED {
-                moved |= r.want != 0 && !want;
+                moved |= w != 0 && !want;
                 if !want {
                     continue;
                 }
             }
             r.flags = 0;
             if mode == PASS_RANK && !want {
-                r.want = 0;
-                if !same {
+                if r.id != c.id {
                     (r.id, r.parent_id, r.level) = (c.id, c.parent, c.level);
                 }
                 r.flags = groups;
@@ -77,28 +79,29 @@ impl Model {
             r.usage_ns = c.value;
             r.pids_current = full_mark(c);
         }
-        Pass {
+        let pass = Pass {
             cgroups: self.tree.len() as u32,
             features: 0,
             facts: 0,
             memory_nodes: 0,
-            moved,
             psi_clock: None,
             psi_no_clock: 0,
-        }
+        };
+        (pass, moved)
     }
 }
 
 impl Passes for Model {
-    fn run_all(&mut self, mode: usize, rank_groups: u32) -> Result<Pass> {
+    fn run_all(&mut self, mode: usize, rank_groups: u32) -> Result<(Pass, bool)> {
         loop {
-            let pass = self.run(mode, rank_groups);
+            let (pass, moved) = self.run(mode, rank_groups);
             if pass.cgroups as usize <= self.records.len() {
-                return Ok(pass);
+                return Ok((pass, moved));
             }
-            // A new load: a bigger map, every record zeroed.
-            let cap = crate::bpf::load::capacity_for(pass.cgroups);
-            self.records = vec![Record::default(); cap as usize];
+            // A new load: bigger maps, every record and mark zeroed.
+            let cap = crate::bpf::load::capacity_for(pass.cgroups) as usize;
+            self.records = vec![Record::default(); cap];
+            self.marks = vec![0; cap];
         }
     }
 
@@ -106,9 +109,14 @@ impl Passes for Model {
         &self.records[..(n as usize).min(self.records.len())]
     }
 
-    fn records_mut(&mut self, n: u32) -> &mut [Record] {
-        let n = (n as usize).min(self.records.len());
-        &mut self.records[..n]
+    fn wanted(&self) -> &[u64] {
+        &self.marks
+    }
+
+    fn set_wanted(&mut self, wanted: Vec<u64>) -> Result<()> {
+        self.marks.fill(0);
+        self.marks[..wanted.len()].copy_from_slice(&wanted);
+        Ok(())
     }
 }
 

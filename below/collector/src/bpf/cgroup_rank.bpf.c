@@ -1,0 +1,87 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * cgroup_stats.bpf.c, the program below main carries, and the fork's own:
+ * cgroup_rank, the same walk in the pass modes of cgroup_rank.h, so a
+ * sample ranked by a value the record holds reads the rest of the record
+ * only for the cgroups it keeps. The loader loads cgroup_rank alone (one
+ * verification); both share the maps and globals of cgroup_stats.
+ */
+#include "cgroup_stats.bpf.c"
+#include "cgroup_rank.h"
+
+/* Per record slot, the id of the cgroup user space wants in full there (0:
+ * none); sized like `records` by the loader, written once per sample. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, __u64);
+	__uint(max_entries, 1);
+} wanted SEC(".maps");
+
+/* A section of their own, so .bss stays cgroup_stats's. PASS_* and the
+ * HAS_* groups of a RANK pass: set by user space before each pass. */
+__u32 pass_mode SEC(".data.rank");
+__u32 rank_groups SEC(".data.rank");
+/* Set by a WANTED pass that found another cgroup in a wanted slot than
+ * the RANK pass did (the tree changed between them). */
+__u32 moved SEC(".data.rank");
+
+/* The ranked value only (RANK pass): no other field of the group. */
+static __always_inline void fill_rank(struct record *r, struct cgroup *cgrp)
+{
+	struct mem_cgroup___local *memcg;
+
+	if (rank_groups & HAS_BSTAT) {
+		r->usage_ns = BPF_CORE_READ(cgrp, bstat.cputime.sum_exec_runtime);
+		r->flags |= HAS_BSTAT;
+	}
+	memcg = OWN_CSS(cgrp, memory);
+	if ((rank_groups & HAS_MEMCG) && memcg) {
+		r->mem_usage = USAGE(memcg, memory);
+		r->flags |= HAS_MEMCG;
+	}
+	if (rank_groups & HAS_PSI)
+		fill_psi(r, cgrp);
+}
+
+SEC("iter.s/cgroup")
+int cgroup_rank(struct bpf_iter__cgroup *ctx)
+{
+	struct cgroup *cgrp = ctx->cgroup;
+	struct record *r;
+	__u64 id, *w;
+	bool want;
+	__u32 idx;
+
+	if (!cgrp)
+		return 0;
+	if (ctx->meta->seq_num == 0)
+		moved = 0;
+	r = next_record(ctx, cgrp, &idx);
+	if (!r)
+		return 0;
+	if (pass_mode == PASS_FULL) {
+		fill_record(r, idx, cgrp);
+		return 0;
+	}
+	id = BPF_CORE_READ(cgrp, kn, id);
+	w = bpf_map_lookup_elem(&wanted, &idx);
+	want = w && *w == id;
+	if (pass_mode == PASS_WANTED) {
+		if (w && *w && !want)
+			moved = 1;
+		if (want)
+			fill_record(r, idx, cgrp);
+		return 0;
+	}
+	if (want) {
+		fill_record(r, idx, cgrp);
+		return 0;
+	}
+	r->flags = 0;
+	/* cgroup2 has no rename or move: user space knows the rest. */
+	if (r->id != id)
+		fill_place(r, cgrp);
+	fill_rank(r, cgrp);
+	return 0;
+}
