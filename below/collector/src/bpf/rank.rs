@@ -48,8 +48,6 @@ pub(crate) struct RankLoaded {
     control: MapHandle,
     /// What `wanted` holds per slot (none after a load).
     marks: Vec<u64>,
-    config: LoadConfig,
-    btf: Option<PathBuf>,
 }
 
 impl RankLoaded {
@@ -73,14 +71,12 @@ impl RankLoaded {
         })?;
         let wanted = MapHandle::try_from(&layer::map(&object, "wanted")?)?;
         let control = MapHandle::try_from(&layer::map(&object, ".data.rank")?)?;
-        let loaded = Loaded::attach(object, "cgroup_rank", root, capacity, config, btf.clone())?;
+        let loaded = Loaded::attach(object, "cgroup_rank", root, capacity, config, btf)?;
         Ok(RankLoaded {
             loaded,
             wanted,
             control,
             marks: Vec::new(),
-            config,
-            btf,
         })
     }
 
@@ -174,7 +170,7 @@ impl Passes for Passing<'_> {
             let Some(cap) = r.loaded.room_for(&pass) else {
                 return Ok((pass, moved));
             };
-            *r = RankLoaded::new(self.root, cap, r.config, r.btf.clone())
+            *r = RankLoaded::new(self.root, cap, *r.loaded.config(), self.btf.cloned())
                 .with_context(|| format!("cannot grow the records map to {cap} cgroups"))?;
         }
     }

@@ -1147,47 +1147,28 @@ mod test {
     fn a_quiet_average_may_be_one_kernel_update_older_than_the_read_after() {
         let v = |f: f64| serde_json::json!(f);
         // Seen in a systemd guest: the group's update between the two.
-        assert!(one_update_later(
-            "pressure.cpu.some.avg10",
-            &v(0.21),
-            &v(0.17)
-        ));
-        assert!(one_update_later(
-            "pressure.cpu.full.avg60",
-            &v(0.14),
-            &v(0.13)
-        ));
-        assert!(one_update_later(
-            "pressure.cpu.some.avg60",
-            &v(0.12),
-            &v(0.11)
-        ));
-        assert!(one_update_later(
-            "pressure.io.some.avg300",
-            &v(1.0),
-            &v(0.99)
-        ));
+        let one_update = [
+            ("pressure.cpu.some.avg10", 0.21, 0.17),
+            ("pressure.cpu.full.avg60", 0.14, 0.13),
+            ("pressure.cpu.some.avg60", 0.12, 0.11),
+            ("pressure.io.some.avg300", 1.0, 0.99),
+        ];
         // Two updates, or none that decays this way, or the other way: no.
-        assert!(!one_update_later(
-            "pressure.cpu.some.avg10",
-            &v(0.21),
-            &v(0.14)
-        ));
-        assert!(!one_update_later(
-            "pressure.cpu.some.avg10",
-            &v(0.17),
-            &v(0.21)
-        ));
-        assert!(!one_update_later(
-            "pressure.cpu.some.avg300",
-            &v(1.0),
-            &v(0.97)
-        ));
-        assert!(!one_update_later(
-            "pressure.cpu.some.total",
-            &v(10.0),
-            &v(9.0)
-        ));
+        let not = [
+            ("pressure.cpu.some.avg10", 0.21, 0.14),
+            ("pressure.cpu.some.avg10", 0.17, 0.21),
+            ("pressure.cpu.some.avg300", 1.0, 0.97),
+            ("pressure.cpu.some.total", 10.0, 9.0),
+        ];
+        for (cases, want) in [(one_update, true), (not, false)] {
+            for (key, sample, after) in cases {
+                assert_eq!(
+                    one_update_later(key, &v(sample), &v(after)),
+                    want,
+                    "{key}: {sample} then {after}"
+                );
+            }
+        }
     }
 
     #[test]
