@@ -208,7 +208,7 @@ struct cgroup___local {
 	__u32 subtree_control;
 } __attribute__((preserve_access_index));
 
-/* Where the cgroup is: all a RANK pass writes of the tree. */
+/* Where the cgroup is in the tree. */
 static __always_inline struct cgroup *fill_place(struct record *r, struct cgroup *cgrp)
 {
 	struct cgroup *parent = BPF_CORE_READ(cgrp, self.parent, cgroup);
