@@ -21,6 +21,7 @@ const ABSENT_IN_CGROUPFS: &[(&str, &str)] = &[
     ("memstat_keys!", "swapcached"),
     ("memstat_keys!", "file_thp"),
     ("memstat_keys!", "shmem_thp"),
+    ("numa_items!", "hugetlb"),
     ("memcg_events!", "sock_throttled"),
 ];
 

@@ -229,6 +229,7 @@ enum memstat_slot { MEMSTAT_KEYS(MS_ENUM) NR_MS };
 	X(unevictable, NR_UNEVICTABLE, Page)                                  \
 	X(slab_reclaimable, NR_SLAB_RECLAIMABLE_B, One)                       \
 	X(slab_unreclaimable, NR_SLAB_UNRECLAIMABLE_B, One)                   \
+	X(hugetlb, NR_HUGETLB, Page)                                          \
 	X(workingset_refault_anon, WORKINGSET_REFAULT_ANON, One)              \
 	X(workingset_refault_file, WORKINGSET_REFAULT_FILE, One)              \
 	X(workingset_activate_anon, WORKINGSET_ACTIVATE_ANON, One)            \

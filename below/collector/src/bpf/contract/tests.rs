@@ -100,9 +100,10 @@ fn record_slots_agree() {
     assert_eq!(r.cpus_effective.len(), CPU_WORDS);
 }
 
-/// Fields the lists leave to the text: memory.stat and memory.numa_stat
-/// print hugetlb only on a cgroup2 mounted with memory_hugetlb_accounting,
-/// which the program does not know (newer cgroupfs structs have it).
+/// Fields the lists leave to the text: memory.stat prints hugetlb only on
+/// a cgroup2 mounted with memory_hugetlb_accounting, which the program does
+/// not know (newer cgroupfs structs have it; memory.numa_stat prints it
+/// whatever the mount).
 const NOT_IN_LISTS: &[&str] = &["hugetlb"];
 
 /// Every field of `T` set by `fill` from slots all 1: the list covers
