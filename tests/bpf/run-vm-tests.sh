@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Usage: tests/bpf/run-vm-tests.sh [STAGE[:KERNEL]]...
 #   (default: host full facts compare:debian-7.2 numa fallback:debian-6.12 fallback:debian-6.1
-#    parity parity:debian-7.2 parity:debian-6.12 parity:debian-6.1 psi psi:patched)
+#    parity parity:debian-7.2 parity:debian-6.12 parity:debian-6.1 parity:patched psi psi:patched)
 # Runs the acceptance driver bstats-check (below/testkit) in QEMU guests
 # through tests/vm/run.sh (KERNEL: a tests/vm/kernel.sh name):
 #   full      (debian-7.3) bpf plan, frozen-tree bpf==read compare,
@@ -18,7 +18,8 @@
 #   parity    (debian-7.3, with a scratch disk) live parity: cgroups changing
 #             while sampled, every value BPF serves between the text read
 #             before and after, without and with top-N; planted errors must
-#             be caught
+#             be caught; parity:patched is the same on our stream kernel,
+#             built without THP and zswap (memory.stat without their keys)
 #   psi       (debian-7.3) a cgroup under memory pressure 12 s, then idle
 #             40 s; sampled pressure == the file read right after; totals
 #             of cgroups whose tasks contend and move between the reads
@@ -30,7 +31,7 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 stages=("$@")
 [ ${#stages[@]} -gt 0 ] || stages=(host full facts compare:debian-7.2 numa fallback:debian-6.12 fallback:debian-6.1
-  parity parity:debian-7.2 parity:debian-6.12 parity:debian-6.1 psi psi:patched)
+  parity parity:debian-7.2 parity:debian-6.12 parity:debian-6.1 parity:patched psi psi:patched)
 
 host() {
   (cd "$REPO_ROOT" && cargo test -q --locked -p bstats-collector --test host_fallback -- --nocapture)

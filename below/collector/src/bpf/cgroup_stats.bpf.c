@@ -723,6 +723,16 @@ static __always_inline void fill_memcg(struct record *r, __u32 idx, struct cgrou
 			: ABSENT;                                                      \
 	})
 
+/* `expr` if the kernel's enum vm_event_item has `event`, else ABSENT (see
+ * MEMSTAT_KEYS). A flavor per event, as in STAT. */
+#define IF_EVENT(event, expr)                                                          \
+	({                                                                             \
+		enum vm_event_item___if_##event { event##___if };                      \
+		bpf_core_enum_value_exists(enum vm_event_item___if_##event, event##___if) \
+			? (expr)                                                       \
+			: ABSENT;                                                      \
+	})
+
 /* A sum as the kernel prints it: parts it lacks count as zero; ABSENT
  * only when it has none. */
 static __always_inline __u64 add(__u64 a, __u64 b)

@@ -155,7 +155,11 @@ enum fact_bit { KERNEL_FACTS(FACT_ENUM) NR_FACTS };
  * expression in fill_memstat() (`m` the memcg, `s` the slots; parts filled
  * earlier in the list may be summed). STAT(ITEM): the item from whichever
  * of enum node_stat_item, memcg_stat_item, vm_event_item the kernel has it
- * in; absent from all three, the key is absent. */
+ * in; absent from all three, the key is absent. IF_EVENT(EVENT, expr):
+ * absent unless enum vm_event_item has EVENT. memory.stat prints the zswap
+ * and THP keys only with CONFIG_ZSWAP and CONFIG_TRANSPARENT_HUGEPAGE, but
+ * their items are in the enums without them; ZSWPOUT and THP_FAULT_ALLOC
+ * are under the same #ifdefs. */
 #define MEMSTAT_KEYS(X)                                                       \
 	X(anon, STAT(NR_ANON_MAPPED))                                         \
 	X(file, STAT(NR_FILE_PAGES))                                          \
@@ -163,15 +167,15 @@ enum fact_bit { KERNEL_FACTS(FACT_ENUM) NR_FACTS };
 	X(kernel_stack, STAT(NR_KERNEL_STACK_KB))                             \
 	X(sock, STAT(MEMCG_SOCK))                                             \
 	X(shmem, STAT(NR_SHMEM))                                              \
-	X(zswap, STAT(MEMCG_ZSWAP_B))                                         \
-	X(zswapped, STAT(MEMCG_ZSWAPPED))                                     \
+	X(zswap, IF_EVENT(ZSWPOUT, STAT(MEMCG_ZSWAP_B)))                      \
+	X(zswapped, IF_EVENT(ZSWPOUT, STAT(MEMCG_ZSWAPPED)))                  \
 	X(file_mapped, STAT(NR_FILE_MAPPED))                                  \
 	X(file_dirty, STAT(NR_FILE_DIRTY))                                    \
 	X(file_writeback, STAT(NR_WRITEBACK))                                 \
 	X(swapcached, STAT(NR_SWAPCACHE))                                     \
-	X(anon_thp, STAT(NR_ANON_THPS))                                       \
-	X(file_thp, STAT(NR_FILE_THPS))                                       \
-	X(shmem_thp, STAT(NR_SHMEM_THPS))                                     \
+	X(anon_thp, IF_EVENT(THP_FAULT_ALLOC, STAT(NR_ANON_THPS)))            \
+	X(file_thp, IF_EVENT(THP_FAULT_ALLOC, STAT(NR_FILE_THPS)))            \
+	X(shmem_thp, IF_EVENT(THP_FAULT_ALLOC, STAT(NR_SHMEM_THPS)))          \
 	X(inactive_anon, STAT(NR_INACTIVE_ANON))                              \
 	X(active_anon, STAT(NR_ACTIVE_ANON))                                  \
 	X(inactive_file, STAT(NR_INACTIVE_FILE))                              \

@@ -2,8 +2,10 @@
 //! and the plan sends exactly the files that need it to plain read, with
 //! the reason. The kernel lacking it is this one with the fact renamed in
 //! a copy of its BTF, which libbpf relocates against (btf_custom_path).
-//! Needs root (loading BPF); skipped with a line otherwise.
+//! Also the memory.stat keys that a config prints, told by BTF the same
+//! way. Needs root (loading BPF); skipped with a line otherwise.
 
+use std::collections::BTreeSet;
 use std::fs::File;
 use std::os::fd::AsFd;
 use std::path::Path;
@@ -139,5 +141,65 @@ fn loads_without_each_optional_fact() {
             read_files(&base.plan).union(needs),
             "{e:?}: files read"
         );
+    }
+}
+
+/// The memory.stat keys the walk root's record has (not ABSENT); empty
+/// when it has no memory.stat (no memcg kfuncs or memory controller).
+fn memstat_keys_against(root: &File, btf: &Path) -> BTreeSet<&'static str> {
+    let probe = probe_with(root.as_fd(), Some(btf));
+    let cap = probe.capability.as_ref().map(|_| ());
+    let mut backend = probe
+        .backend
+        .unwrap_or_else(|| panic!("the program did not load: {cap:?}"));
+    backend.program.run().expect("a pass");
+    let r = &backend.program.loaded().records(1)[0];
+    if r.flags & HAS_MEMSTAT == 0 {
+        return BTreeSet::new();
+    }
+    (MEMSTAT_KEYS.iter().zip(r.memstat))
+        .filter(|&(_, v)| v != ABSENT)
+        .map(|(k, _)| *k)
+        .collect()
+}
+
+#[test]
+fn memstat_keys_follow_the_config_that_prints_them() {
+    if bstats_testkit::skip_unless_root("loads BPF") {
+        return;
+    }
+    let (Ok(root), Ok(raw)) = (crate::find_cgroup2_mount(), std::fs::read(BTF_PATH)) else {
+        println!("skipped: no cgroup2 mount or no {BTF_PATH}");
+        return;
+    };
+    let root = File::open(root).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let base = memstat_keys_against(&root, &write(dir.path(), "base", &raw));
+    if base.is_empty() {
+        println!("skipped: the program serves no memory.stat here");
+        return;
+    }
+    // The items of these keys are in the enums without the config; the
+    // vm event is not, as the keys are not in memory.stat.
+    for (event, keys) in [
+        (
+            "THP_FAULT_ALLOC",
+            &["anon_thp", "file_thp", "shmem_thp", "thp_fault_alloc"][..],
+        ),
+        ("ZSWPOUT", &["zswap", "zswapped"][..]),
+    ] {
+        let keys: BTreeSet<&str> = keys.iter().copied().collect();
+        let e = Edit::RemoveEnumVal {
+            ty: "vm_event_item",
+            value: event,
+        };
+        let Ok(without) = edit(&raw, e) else {
+            println!("{event}: this kernel lacks it already");
+            assert!(base.is_disjoint(&keys), "{event}: {base:?}");
+            continue;
+        };
+        assert!(base.is_superset(&keys), "{event}: {base:?}");
+        let found = memstat_keys_against(&root, &write(dir.path(), event, &without));
+        assert_eq!(found, &base - &keys, "{event}");
     }
 }
