@@ -14,33 +14,6 @@ const RANK_HEADER: &str = "src/bpf/cgroup_rank.h";
 
 include!("src/bpf/contract_gen.rs");
 
-/// Keys of the header's lists (by the generated macro) that
-/// below-cgroupfs 0.9.0's structs have no field for (newer cgroupfs has
-/// them): handed over as `(absent key, ...)`.
-const ABSENT_IN_CGROUPFS: &[(&str, &str)] = &[
-    ("memstat_keys!", "swapcached"),
-    ("memstat_keys!", "file_thp"),
-    ("memstat_keys!", "shmem_thp"),
-    ("numa_items!", "hugetlb"),
-    ("memcg_events!", "sock_throttled"),
-];
-
-/// The generated contract with the entries of ABSENT_IN_CGROUPFS marked.
-fn mark_absent(mut rust: String) -> String {
-    for (list, key) in ABSENT_IN_CGROUPFS {
-        let line = 1 + rust
-            .find(&format!("\n{list} {{"))
-            .unwrap_or_else(|| panic!("the contract has no list {list}"));
-        let end = line + rust[line..].find('\n').expect("lines end with a newline");
-        let at = line
-            + rust[line..end]
-                .find(&format!(" ({key},"))
-                .unwrap_or_else(|| panic!("{list} has no key {key}"));
-        rust.insert_str(at + " (".len(), "absent ");
-    }
-    rust
-}
-
 /// The lists whose keys the text parsers also look up (src/parse/keys.rs).
 const TEXT_KEY_LISTS: &[&str] = &["memstat_keys!", "memcg_events!", "numa_items!"];
 
@@ -52,7 +25,7 @@ fn main() {
     let header = std::fs::read_to_string(HEADER).expect("reading the contract header");
     let rank_header = std::fs::read_to_string(RANK_HEADER).expect("reading the top-N header");
     let rank = contract(RANK_HEADER, &rank_header);
-    let contract = mark_absent(contract(HEADER, &header));
+    let contract = contract(HEADER, &header);
     let text_keys: String = contract
         .lines()
         .filter(|l| TEXT_KEY_LISTS.iter().any(|list| l.starts_with(list)))

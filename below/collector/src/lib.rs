@@ -20,6 +20,7 @@
 //!    place while the kept cgroups are the same ones.
 
 mod bpf;
+mod cgroupfs_ext;
 mod collector;
 mod fd;
 mod files;
@@ -38,6 +39,12 @@ use cgroupfs::IoPressure;
 use cgroupfs::MemoryPressure;
 use cgroupfs::Pressure;
 use cgroupfs::PressureMetrics;
+
+// Where the shared BPF files find them (below main: cgroupfs's own).
+use crate::cgroupfs_ext::MemoryEvents;
+use crate::cgroupfs_ext::MemoryEventsLocal;
+use crate::cgroupfs_ext::MemoryNumaStat;
+use crate::cgroupfs_ext::MemoryStat;
 
 pub use crate::collector::CgroupCollector;
 pub use crate::collector::Options;

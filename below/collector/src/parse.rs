@@ -22,6 +22,7 @@ use cgroupfs::MemoryStat;
 use cgroupfs::PressureMetrics;
 
 use self::keys::*;
+use crate::cgroupfs_ext;
 
 mod keys;
 
@@ -235,15 +236,15 @@ pub fn cpu_stat(text: &str) -> Result<CpuStat> {
 }
 
 pub fn memory_stat(text: &str) -> Result<MemoryStat> {
-    keyed(text, set_memory_stat)
+    keyed(text, set_memory_stat).map(Into::into)
 }
 
 pub fn memory_events(text: &str) -> Result<MemoryEvents> {
-    keyed(text, set_memory_events)
+    keyed(text, set_memory_events).map(Into::into)
 }
 
 pub fn memory_events_local(text: &str) -> Result<MemoryEventsLocal> {
-    keyed(text, set_memory_events_local)
+    keyed(text, set_memory_events_local).map(Into::into)
 }
 
 pub fn cgroup_stat(text: &str) -> Result<CgroupStat> {
@@ -334,7 +335,7 @@ pub fn io_stat(text: &str) -> Result<BTreeMap<String, IoStat>> {
 
 /// memory.numa_stat: "<key> N0=<v> N1=<v> …" → per-node stats.
 pub fn numa_stat(text: &str) -> Result<BTreeMap<u32, MemoryNumaStat>> {
-    let mut map: BTreeMap<u32, MemoryNumaStat> = BTreeMap::new();
+    let mut map: BTreeMap<u32, cgroupfs_ext::MemoryNumaStat> = BTreeMap::new();
     for (n, line) in numbered_lines(text) {
         let (key, rest) = split_head(line);
         if rest.trim().is_empty() {
@@ -350,10 +351,14 @@ pub fn numa_stat(text: &str) -> Result<BTreeMap<u32, MemoryNumaStat>> {
             set_numa_stat(map.entry(node).or_default(), key, v);
         }
     }
-    if map.is_empty() || map.values().any(|s| *s == MemoryNumaStat::default()) {
+    if map.is_empty()
+        || map
+            .values()
+            .any(|s| *s == cgroupfs_ext::MemoryNumaStat::default())
+    {
         return err(0, "no known keys");
     }
-    Ok(map)
+    Ok(cgroupfs_ext::numa_stat_09(map))
 }
 
 #[cfg(test)]

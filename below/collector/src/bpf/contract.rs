@@ -18,10 +18,10 @@
 //! below (`memstat_keys! { (anon, <C source>) ... }`). The test at the end
 //! checks the enums C compiled into the object against these tables.
 
-use cgroupfs::MemoryEvents;
-use cgroupfs::MemoryEventsLocal;
-use cgroupfs::MemoryNumaStat;
-use cgroupfs::MemoryStat;
+use crate::MemoryEvents;
+use crate::MemoryEventsLocal;
+use crate::MemoryNumaStat;
+use crate::MemoryStat;
 
 // The skeleton, the compiled object and the tables (at the end) are
 // build.rs's output in the open-source build; fbcode builds them with buck:
@@ -126,55 +126,33 @@ macro_rules! fact_kind {
     };
 }
 
-/// A key of a list, or `absent key`: one the cgroupfs structs built
-/// against have no field for (a build may mark entries so).
-#[cfg(test)]
-macro_rules! key {
-    (absent $key:ident) => {
-        stringify!($key)
-    };
-    ($key:ident) => {
-        stringify!($key)
-    };
-}
-
-/// Sets the field of `$s` a key names to a record slot (ABSENT: None).
-macro_rules! set_field {
-    ($s:ident, $v:expr, absent $key:ident) => {
-        let _ = $v;
-    };
-    ($s:ident, $v:expr, $key:ident) => {
-        $s.$key = Some($v).filter(|&v| v != ABSENT);
-    };
-}
-
 /// A writer of the fields of `$ty` named by the keys from record slots in
 /// list order (ABSENT: None; straight-line code, not a call per field).
 macro_rules! keyed_fields {
-    ($ty:ty, $fill:ident, $(($($key:ident)+))*) => {
+    ($ty:ty, $fill:ident, $($key:ident)*) => {
         pub(crate) fn $fill(s: &mut $ty, slots: &[u64]) {
             let mut slots = slots.iter().copied();
-            $(set_field!(s, slots.next().unwrap_or(ABSENT), $($key)+);)*
+            $(s.$key = slots.next().filter(|&v| v != ABSENT);)*
         }
     };
 }
 
 /// memory.stat keys: `record.memstat[]` (`enum memstat_slot`).
 macro_rules! memstat_keys {
-    ($(($($key:ident)+, $($c:tt)*))*) => {
-        keyed_fields!(MemoryStat, fill_memory_stat, $(($($key)+))*);
+    ($(($key:ident, $($c:tt)*))*) => {
+        keyed_fields!(MemoryStat, fill_memory_stat, $($key)*);
         #[cfg(test)]
-        pub(crate) const MEMSTAT_KEYS: &[&str] = &[$(key!($($key)+),)*];
+        pub(crate) const MEMSTAT_KEYS: &[&str] = &[$(stringify!($key),)*];
     };
 }
 
 /// memory.events keys: `record.events[]`, `.events_local[]`.
 macro_rules! memcg_events {
-    ($(($($key:ident)+, $event:ident))*) => {
-        keyed_fields!(MemoryEvents, fill_memory_events, $(($($key)+))*);
-        keyed_fields!(MemoryEventsLocal, fill_memory_events_local, $(($($key)+))*);
+    ($(($key:ident, $event:ident))*) => {
+        keyed_fields!(MemoryEvents, fill_memory_events, $($key)*);
+        keyed_fields!(MemoryEventsLocal, fill_memory_events_local, $($key)*);
         #[cfg(test)]
-        pub(crate) const MEMCG_EVENT_KEYS: &[&str] = &[$(key!($($key)+),)*];
+        pub(crate) const MEMCG_EVENT_KEYS: &[&str] = &[$(stringify!($key),)*];
     };
 }
 
@@ -195,14 +173,14 @@ pub(crate) struct NumaItem {
 
 /// memory.numa_stat lines: `numa_row.v[]` (`enum numa_item`).
 macro_rules! numa_items {
-    ($(($($key:ident)+, $item:ident, $unit:ident))*) => {
-        keyed_fields!(MemoryNumaStat, fill_numa_stat, $(($($key)+))*);
+    ($(($key:ident, $item:ident, $unit:ident))*) => {
+        keyed_fields!(MemoryNumaStat, fill_numa_stat, $($key)*);
         pub(crate) const NUMA_ITEMS: &[NumaItem] = &[$(NumaItem {
             item: stringify!($item),
             unit: Unit::$unit,
         },)*];
         #[cfg(test)]
-        pub(crate) const NUMA_KEYS: &[&str] = &[$(key!($($key)+),)*];
+        pub(crate) const NUMA_KEYS: &[&str] = &[$(stringify!($key),)*];
     };
 }
 

@@ -33,11 +33,7 @@ use cgroupfs::CpuStat;
 use cgroupfs::Cpuset;
 use cgroupfs::IoPressure;
 use cgroupfs::MemNodes;
-use cgroupfs::MemoryEvents;
-use cgroupfs::MemoryEventsLocal;
-use cgroupfs::MemoryNumaStat;
 use cgroupfs::MemoryPressure;
-use cgroupfs::MemoryStat;
 use cgroupfs::Pressure;
 use cgroupfs::PressureMetrics;
 
@@ -49,6 +45,10 @@ use super::layer::cputime_adjust;
 use super::load::Pass;
 use super::load::PsiClock;
 use super::psi;
+use crate::MemoryEvents;
+use crate::MemoryEventsLocal;
+use crate::MemoryNumaStat;
+use crate::MemoryStat;
 
 /// `PID_MAX_LIMIT + 1` on 64-bit: pids.max prints "max" at or above it.
 pub(crate) const PIDS_MAX: u64 = 4 * 1024 * 1024 + 1;

@@ -11,6 +11,7 @@ use model::CgroupSample;
 use super::contract::*;
 use super::decode;
 use super::decode::*;
+use crate::cgroupfs_ext::numa_stat_09;
 use crate::FileSet;
 use crate::StatFile;
 use crate::TopBy;
@@ -99,10 +100,12 @@ pub(crate) fn fill(
         (cpuset(StatFile::CpusetMems) && !root).then(|| mems(r.mems, cpuset_mems.take()));
     *cpuset_mems_effective = cpuset(StatFile::CpusetMemsEffective)
         .then(|| mems(r.mems_effective, cpuset_mems_effective.take()));
-    *memory_stat = (want(StatFile::MemoryStat) && has(HAS_MEMSTAT)).then(|| decode::memory_stat(r));
+    *memory_stat =
+        (want(StatFile::MemoryStat) && has(HAS_MEMSTAT)).then(|| decode::memory_stat(r).into());
     *memory_numa_stat = (want(StatFile::MemoryNumaStat) && has(HAS_NUMA))
         .then(|| d.numa_stat(numa))
-        .flatten();
+        .flatten()
+        .map(numa_stat_09);
     // The memcg's page counters and event arrays.
     let memcg = |f| !root && has(HAS_MEMCG) && want(f);
     *memory_current = memcg(StatFile::MemoryCurrent).then(|| d.bytes(r.mem_usage));
@@ -115,9 +118,9 @@ pub(crate) fn fill(
     *memory_zswap_max = memcg(StatFile::MemoryZswapMax)
         .then(|| d.zswap_max(r))
         .flatten();
-    *memory_events = memcg(StatFile::MemoryEvents).then(|| decode::memory_events(r));
+    *memory_events = memcg(StatFile::MemoryEvents).then(|| decode::memory_events(r).into());
     *memory_events_local =
-        memcg(StatFile::MemoryEventsLocal).then(|| decode::memory_events_local(r));
+        memcg(StatFile::MemoryEventsLocal).then(|| decode::memory_events_local(r).into());
     // Not in the record: text files fill them after this.
     *io_stat = None;
     *memory_zswap_current = None;

@@ -3,52 +3,41 @@
 //! generated from the lists the record's fills are (build.rs copies them
 //! to text_keys.rs): the text and the record name the same fields.
 
-use cgroupfs::MemoryEvents;
-use cgroupfs::MemoryEventsLocal;
-use cgroupfs::MemoryNumaStat;
-use cgroupfs::MemoryStat;
+use crate::cgroupfs_ext::MemoryEvents;
+use crate::cgroupfs_ext::MemoryEventsLocal;
+use crate::cgroupfs_ext::MemoryNumaStat;
+use crate::cgroupfs_ext::MemoryStat;
 
 /// `$set(s, key, v)` sets the field of `$ty` that `key` names; false for a
-/// key below does not keep, or one build.rs marks `absent` (no field in
-/// the cgroupfs structs this crate is built with: its arm, "absent <key>",
-/// matches no key of the text).
+/// key not in the list.
 macro_rules! setter {
-    ($set:ident, $ty:ty, $(($($key:ident)+))*) => {
+    ($set:ident, $ty:ty, $($key:ident)*) => {
         pub fn $set(s: &mut $ty, key: &str, v: u64) -> bool {
             match key {
-                $(stringify!($($key)+) => set!(s, v, $($key)+),)*
-                _ => false,
+                $(stringify!($key) => s.$key = Some(v),)*
+                _ => return false,
             }
+            true
         }
     };
 }
 
-macro_rules! set {
-    ($s:ident, $v:ident, absent $key:ident) => {
-        false
-    };
-    ($s:ident, $v:ident, $key:ident) => {{
-        $s.$key = Some($v);
-        true
-    }};
-}
-
 macro_rules! memstat_keys {
-    ($(($($key:ident)+, $($c:tt)*))*) => {
-        setter!(set_memory_stat, MemoryStat, $(($($key)+))*);
+    ($(($key:ident, $($c:tt)*))*) => {
+        setter!(set_memory_stat, MemoryStat, $($key)*);
     };
 }
 
 macro_rules! memcg_events {
-    ($(($($key:ident)+, $event:ident))*) => {
-        setter!(set_memory_events, MemoryEvents, $(($($key)+))*);
-        setter!(set_memory_events_local, MemoryEventsLocal, $(($($key)+))*);
+    ($(($key:ident, $event:ident))*) => {
+        setter!(set_memory_events, MemoryEvents, $($key)*);
+        setter!(set_memory_events_local, MemoryEventsLocal, $($key)*);
     };
 }
 
 macro_rules! numa_items {
-    ($(($($key:ident)+, $item:ident, $unit:ident))*) => {
-        setter!(set_numa_stat, MemoryNumaStat, $(($($key)+))*);
+    ($(($key:ident, $item:ident, $unit:ident))*) => {
+        setter!(set_numa_stat, MemoryNumaStat, $($key)*);
     };
 }
 

@@ -19,10 +19,10 @@
 
 use std::collections::BTreeSet;
 
-use cgroupfs::MemoryStat;
 use cgroupfs::PressureMetrics;
 
 use super::*;
+use crate::MemoryStat;
 
 pub(crate) const PAGE: u64 = 4096;
 
