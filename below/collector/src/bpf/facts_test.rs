@@ -54,17 +54,25 @@ fn reason(plan: &Plan, f: StatFile) -> &str {
     &plan.files.iter().find(|c| c.file == f).unwrap().reason
 }
 
-#[test]
-fn loads_without_each_optional_fact() {
+/// What the tests that edit the kernel's BTF need: root, the cgroup2 mount,
+/// the kernel's BTF and a directory for the edited copies; None (said why)
+/// where one is missing.
+fn btf_edit_setup() -> Option<(File, Vec<u8>, tempfile::TempDir)> {
     if bstats_testkit::skip_unless_root("loads BPF") {
-        return;
+        return None;
     }
     let (Ok(root), Ok(raw)) = (crate::find_cgroup2_mount(), std::fs::read(BTF_PATH)) else {
         println!("skipped: no cgroup2 mount or no {BTF_PATH}");
+        return None;
+    };
+    Some((File::open(root).unwrap(), raw, tempfile::tempdir().unwrap()))
+}
+
+#[test]
+fn loads_without_each_optional_fact() {
+    let Some((root, raw, dir)) = btf_edit_setup() else {
         return;
     };
-    let root = File::open(root).unwrap();
-    let dir = tempfile::tempdir().unwrap();
     let base = probe_against(&root, &write(dir.path(), "base", &raw));
     let mut tried = 0;
     for (i, fact) in KERNEL_FACTS.iter().enumerate() {
@@ -165,15 +173,9 @@ fn memstat_keys_against(root: &File, btf: &Path) -> BTreeSet<&'static str> {
 
 #[test]
 fn memstat_keys_follow_the_config_that_prints_them() {
-    if bstats_testkit::skip_unless_root("loads BPF") {
-        return;
-    }
-    let (Ok(root), Ok(raw)) = (crate::find_cgroup2_mount(), std::fs::read(BTF_PATH)) else {
-        println!("skipped: no cgroup2 mount or no {BTF_PATH}");
+    let Some((root, raw, dir)) = btf_edit_setup() else {
         return;
     };
-    let root = File::open(root).unwrap();
-    let dir = tempfile::tempdir().unwrap();
     let base = memstat_keys_against(&root, &write(dir.path(), "base", &raw));
     if base.is_empty() {
         println!("skipped: the program serves no memory.stat here");
