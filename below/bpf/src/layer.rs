@@ -18,7 +18,8 @@
 //!   set_data(open, ".rodata", |r: &mut Rodata| r.x = 1) })` gives an owned libbpf_rs
 //!   `Object`; a failure says why (the verifier's verdict, a failed CO-RE relocation, else libbpf's error).
 //! - Programs and maps by name: `prog(&obj, "p")?.attach()`, `map(&obj, "m")`, `map(&obj, ".bss")`.
-//! - Iterator: `run_iter(&link, &mut out)` runs one pass to its end (`out`: what it printed).
+//! - Iterator: `run_iter(&link, &mut out)` runs one pass to its end (`out`: what it printed);
+//!   `attach_task_iter(&prog, tid)` attaches a task iterator to one thread.
 //! - Shared memory: `MapView::<T>::new(&map)?` mmaps an array map (`get`, `slice`);
 //!   `read::<T>(bytes)` for a value in bytes. `T` is `Pod` (skeleton types: `unsafe impl`).
 //! - BTF: `KernelBtf::open(None)` checks it once: `has_func` (kfuncs), `enum_values`.
@@ -39,6 +40,7 @@ use anyhow::Result;
 use libbpf_rs::btf::types;
 use libbpf_rs::btf::Btf;
 use libbpf_rs::libbpf_sys;
+use libbpf_rs::AsRawLibbpf;
 use libbpf_rs::Iter;
 use libbpf_rs::Link;
 use libbpf_rs::Map;
@@ -183,20 +185,25 @@ pub fn set_data<T: Pod>(
     let bytes = map
         .initial_value_mut()
         .with_context(|| format!("the BPF object's {section} has no data"))?;
-    // The skeleton's type holds the section's globals; statics (a
-    // printf's format) may follow them.
-    if bytes.len() < size_of::<T>() {
+    // The skeleton's type holds the section's globals, padded to its
+    // alignment, which the section is not; statics (a printf's format)
+    // may follow them.
+    if bytes.len() + align_of::<T>() <= size_of::<T>() {
         bail!(
             "{section} size mismatch: BPF {} bytes, Rust {}",
             bytes.len(),
             size_of::<T>()
         );
     }
-    let mut value = read::<T>(bytes).context("checked size")?;
+    let n = bytes.len().min(size_of::<T>());
+    let mut padded = vec![0u8; size_of::<T>()];
+    padded[..n].copy_from_slice(&bytes[..n]);
+    let mut value = read::<T>(&padded).context("checked size")?;
     set(&mut value);
-    // SAFETY: `bytes` holds at least a T; write_unaligned has no
-    // alignment requirement.
-    unsafe { std::ptr::write_unaligned(bytes.as_mut_ptr().cast::<T>(), value) };
+    // SAFETY: `padded` holds exactly a T; write_unaligned has no alignment
+    // requirement.
+    unsafe { std::ptr::write_unaligned(padded.as_mut_ptr().cast::<T>(), value) };
+    bytes[..n].copy_from_slice(&padded[..n]);
     Ok(())
 }
 
@@ -218,6 +225,25 @@ pub fn prog<'o>(obj: &'o Object, name: &str) -> Result<ProgramMut<'o>> {
     obj.progs_mut()
         .find(|p| p.name().as_bytes() == name.as_bytes())
         .with_context(|| format!("the BPF object has no program {name}"))
+}
+
+/// Attaches `prog`, a task iterator (`iter.s/task`), to the one thread
+/// `tid`: each run of the link visits that thread once (and then ends).
+pub fn attach_task_iter(prog: &ProgramMut, tid: u32) -> Result<Link> {
+    let mut info = libbpf_sys::bpf_iter_link_info::default();
+    info.task.tid = tid;
+    let opts = libbpf_sys::bpf_iter_attach_opts {
+        sz: size_of::<libbpf_sys::bpf_iter_attach_opts>() as _,
+        link_info: &mut info,
+        link_info_len: size_of::<libbpf_sys::bpf_iter_link_info>() as _,
+        ..Default::default()
+    };
+    // SAFETY: a loaded program of a live object; libbpf copies the link
+    // info during the call.
+    let ptr = unsafe { libbpf_sys::bpf_program__attach_iter(prog.as_libbpf_object().as_ptr(), &opts) };
+    let ptr = NonNull::new(ptr).ok_or_else(std::io::Error::last_os_error)?;
+    // SAFETY: a link libbpf just created, owned from here.
+    Ok(unsafe { Link::from_ptr(ptr) })
 }
 
 /// Runs the iterator of `link` once to its end, appending what it

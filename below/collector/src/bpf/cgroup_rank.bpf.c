@@ -3,8 +3,8 @@
  * cgroup_stats.bpf.c, the program below main carries, and the fork's own:
  * cgroup_rank, the same walk in the pass modes of cgroup_rank.h, so a
  * sample ranked by a value the record holds reads the rest of the record
- * only for the cgroups it keeps. The loader loads cgroup_rank alone (one
- * verification); both share the maps and globals of cgroup_stats.
+ * only for the cgroups it keeps. The loader loads one form of cgroup_rank
+ * alone (one verification); all share the maps and globals of cgroup_stats.
  */
 #include "cgroup_stats.bpf.c"
 #include "cgroup_rank.h"
@@ -44,24 +44,24 @@ static __always_inline void fill_rank(struct record *r, struct cgroup *cgrp)
 		fill_psi(r, cgrp);
 }
 
-SEC("iter.s/cgroup")
-int cgroup_rank(struct bpf_iter__cgroup *ctx)
+static __always_inline void start_rank(void)
 {
-	struct cgroup *cgrp = ctx->cgroup;
+	moved = 0;
+}
+
+/* One cgroup in the pass mode. */
+static __noinline int visit_rank(struct cgroup *cgrp, struct cgroup_subsys_state *css)
+{
 	struct record *r;
 	__u64 id, *w;
 	bool want;
 	__u32 idx;
 
-	if (!cgrp)
-		return 0;
-	if (ctx->meta->seq_num == 0)
-		moved = 0;
-	r = next_record(ctx, cgrp, &idx);
+	r = next_record(&idx);
 	if (!r)
 		return 0;
 	if (pass_mode == PASS_FULL) {
-		fill_record(r, idx, cgrp);
+		fill_record(r, idx, cgrp, css);
 		return 0;
 	}
 	id = BPF_CORE_READ(cgrp, kn, id);
@@ -71,11 +71,11 @@ int cgroup_rank(struct bpf_iter__cgroup *ctx)
 		if (w && *w && !want)
 			moved = 1;
 		if (want)
-			fill_record(r, idx, cgrp);
+			fill_record(r, idx, cgrp, css);
 		return 0;
 	}
 	if (want) {
-		fill_record(r, idx, cgrp);
+		fill_record(r, idx, cgrp, css);
 		return 0;
 	}
 	r->flags = 0;
@@ -85,3 +85,5 @@ int cgroup_rank(struct bpf_iter__cgroup *ctx)
 	fill_rank(r, cgrp);
 	return 0;
 }
+
+CGROUP_PASS(cgroup_rank, start_rank, visit_rank)

@@ -13,12 +13,23 @@
 // limitations under the License.
 
 /*
- * One pass over the cgroup tree per sample: a sleepable cgroup iterator
- * (walk order DESCENDANTS_PRE, set by the loader) that flushes once at the
- * walk root and then writes one fixed-size record per cgroup into an
+ * One pass over the cgroup tree per sample: flush once at the walk root,
+ * then write one fixed-size record per cgroup, in pre-order, into an
  * mmapped array map (and its memory.numa_stat rows into a second one).
  * Nothing is printed: user space reads the records in place and reads
  * `nr_cgroups`/`features` from the mmapped .bss.
+ *
+ * The pass comes in two forms (CGROUP_PASS); the loader loads one:
+ * - `cgroup_stats`: a sleepable cgroup iterator (order DESCENDANTS_PRE,
+ *   set by the loader). The kernel holds cgroup_mutex from the first
+ *   cgroup to the last: every mkdir, rmdir and migration on the host
+ *   waits for the whole pass.
+ * - `cgroup_stats_rcu`: a sleepable task iterator over one task (the
+ *   loader's thread), which only hosts the pass: it flushes outside any
+ *   lock, as a read of cpu.stat does, then walks with the css iterator
+ *   kfuncs under RCU. No cgroup lock is held; cgroups made or removed
+ *   meanwhile are seen or not, as by a reader walking the directories.
+ *   Needs bpf_iter_css_new (6.7) and bpf_cgroup_from_id.
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
@@ -67,6 +78,8 @@ const volatile __u32 nr_cpus = 1;
 /* KF_* bits; constant at load, so the verifier drops calls to kfuncs this
  * kernel lacks (libbpf poisons them). */
 const volatile __u32 kfuncs;
+/* The walk root's cgroup id (the RCU walk finds it by id). */
+const volatile __u64 walk_root_id;
 /* Node ids memory.numa_stat reads (0: not served) and where each of its
  * items sits in lruvec_stats.state[]; the loader checked the layout. */
 const volatile __u32 numa_node_ids;
@@ -86,6 +99,15 @@ extern unsigned long bpf_mem_cgroup_page_state(struct mem_cgroup *memcg, int idx
 extern unsigned long bpf_mem_cgroup_vm_events(struct mem_cgroup *memcg,
 					      enum vm_event_item event) __ksym __weak;
 extern void bpf_mem_cgroup_flush_stats(struct mem_cgroup *memcg) __ksym __weak;
+/* The RCU walk (KF_RCU_WALK). */
+extern struct cgroup *bpf_cgroup_from_id(__u64 cgid) __ksym __weak;
+extern void bpf_cgroup_release(struct cgroup *cgrp) __ksym __weak;
+extern void bpf_rcu_read_lock(void) __ksym __weak;
+extern void bpf_rcu_read_unlock(void) __ksym __weak;
+extern int bpf_iter_css_new(struct bpf_iter_css *it, struct cgroup_subsys_state *start,
+			    unsigned int flags) __ksym __weak;
+extern struct cgroup_subsys_state *bpf_iter_css_next(struct bpf_iter_css *it) __ksym __weak;
+extern void bpf_iter_css_destroy(struct bpf_iter_css *it) __ksym __weak;
 
 /* Every controller of the list, as a flavor of the kernel's enum: CO-RE
  * tells which ones this kernel has (ids and presence depend on config,
@@ -276,8 +298,8 @@ static __always_inline void fill_cpu(struct record *r, struct cgroup *cgrp)
 }
 
 /* Whole kernel arrays are read here in one call each and their items
- * picked after: a helper call per item costs more than the bytes. The
- * iterator holds cgroup_mutex for the whole walk, so passes never share it. */
+ * picked after: a helper call per item costs more than the bytes. One
+ * object runs one pass at a time (its loader's), so passes never share it. */
 #define SCRATCH_LONGS 64
 __u64 scratch[SCRATCH_LONGS];
 
@@ -752,8 +774,7 @@ static __always_inline void fill_memstat(struct record *r, struct mem_cgroup *m)
 #undef FILL
 }
 
-/* Once per pass, at the walk root: later cgroups read flushed state. The
- * iterator holds cgroup_mutex for the whole walk, so flush nowhere else. */
+/* Once per pass, at the walk root: later cgroups read flushed state. */
 static __always_inline void flush_at_walk_root(struct cgroup *cgrp)
 {
 	__u32 feat = 0;
@@ -798,23 +819,19 @@ static __always_inline void flush_at_walk_root(struct cgroup *cgrp)
 	facts = 0 KERNEL_FACTS(FACT_BIT);
 }
 
-/* The record of `cgrp`, this step of the walk, its index in `idx`; NULL
- * past the map's capacity (counted: user space grows the map). The walk
- * root starts the pass. */
-static __always_inline struct record *next_record(struct bpf_iter__cgroup *ctx,
-						  struct cgroup *cgrp, __u32 *idx)
+/* The next record of the pass, its index in `idx`; NULL past the map's
+ * capacity (counted: user space grows the map). */
+static __always_inline struct record *next_record(__u32 *idx)
 {
-	if (ctx->meta->seq_num == 0) {
-		nr_cgroups = 0;
-		flush_at_walk_root(cgrp);
-	}
 	*idx = nr_cgroups++;
 	return bpf_map_lookup_elem(&records, idx);
 }
 
 /* Every group of the record. Too big to clear whole: each HAS_* group is
- * written in full when its flag is set, and user space reads nothing else. */
-static __always_inline void fill_record(struct record *r, __u32 idx, struct cgroup *cgrp)
+ * written in full when its flag is set, and user space reads nothing else.
+ * `css`: the cgroup's own (self) css, a pointer the kfuncs accept. */
+static __always_inline void fill_record(struct record *r, __u32 idx, struct cgroup *cgrp,
+					struct cgroup_subsys_state *css)
 {
 	r->flags = 0;
 	fill_tree(r, cgrp);
@@ -824,7 +841,7 @@ static __always_inline void fill_record(struct record *r, __u32 idx, struct cgro
 	fill_cpuset(r, cgrp);
 	fill_memcg(r, idx, cgrp);
 	if (have_memcg_kfuncs() && (r->flags & HAS_MEMCG)) {
-		struct mem_cgroup *m = bpf_get_mem_cgroup(&cgrp->self);
+		struct mem_cgroup *m = bpf_get_mem_cgroup(css);
 
 		if (m) {
 			fill_memstat(r, m);
@@ -833,17 +850,69 @@ static __always_inline void fill_record(struct record *r, __u32 idx, struct cgro
 	}
 }
 
-SEC("iter.s/cgroup")
-int cgroup_stats(struct bpf_iter__cgroup *ctx)
+/* A pass program in both forms (see the top of this file): `name` and
+ * `name##_rcu`. START() runs before the walk root's flush; VISIT(cgrp,
+ * css) once per live cgroup, the walk root first. VISIT is a function of
+ * its own (noinline): inlined into the walk's loop, clang hoists CO-RE
+ * values out of the checks that guard them (a poisoned relocation of
+ * something this kernel lacks would then run). */
+#define CGROUP_PASS(name, START, VISIT)                                               \
+	SEC("iter.s/cgroup")                                                          \
+	int name(struct bpf_iter__cgroup *ctx)                                        \
+	{                                                                             \
+		struct cgroup *cgrp = ctx->cgroup;                                    \
+                                                                                      \
+		if (!cgrp)                                                            \
+			return 0;                                                     \
+		if (ctx->meta->seq_num == 0) {                                        \
+			START();                                                      \
+			nr_cgroups = 0;                                               \
+			flush_at_walk_root(cgrp);                                     \
+		}                                                                     \
+		VISIT(cgrp, &cgrp->self);                                             \
+		return 0;                                                             \
+	}                                                                             \
+                                                                                      \
+	SEC("iter.s/task")                                                            \
+	int name##_rcu(struct bpf_iter__task *ctx)                                    \
+	{                                                                             \
+		struct cgroup_subsys_state *pos;                                      \
+		struct cgroup *root;                                                  \
+                                                                                      \
+		if (!ctx->task)                                                       \
+			return 0;                                                     \
+		START();                                                              \
+		nr_cgroups = 0;                                                       \
+		/* Removed since the load: an empty pass, as the iterator's. */       \
+		root = bpf_cgroup_from_id(walk_root_id);                              \
+		if (!root)                                                            \
+			return 0;                                                     \
+		flush_at_walk_root(root);                                             \
+		bpf_rcu_read_lock();                                                  \
+		bpf_for_each(css, pos, &root->self, BPF_CGROUP_ITER_DESCENDANTS_PRE) { \
+			/* Dead ones are skipped, as the cgroup iterator does. */     \
+			if (pos->flags & CSS_ONLINE)                                  \
+				VISIT(pos->cgroup, pos);                              \
+		}                                                                     \
+		bpf_rcu_read_unlock();                                                \
+		bpf_cgroup_release(root);                                             \
+		return 0;                                                             \
+	}
+
+static __always_inline void start_full(void)
 {
-	struct cgroup *cgrp = ctx->cgroup;
+}
+
+/* FULL: every group of every cgroup. */
+static __noinline int visit_full(struct cgroup *cgrp, struct cgroup_subsys_state *css)
+{
 	struct record *r;
 	__u32 idx;
 
-	if (!cgrp)
-		return 0;
-	r = next_record(ctx, cgrp, &idx);
+	r = next_record(&idx);
 	if (r)
-		fill_record(r, idx, cgrp);
+		fill_record(r, idx, cgrp, css);
 	return 0;
 }
+
+CGROUP_PASS(cgroup_stats, start_full, visit_full)

@@ -196,13 +196,36 @@ pub(crate) fn numa_layout(btf: &KernelBtf) -> Result<NumaLayout> {
 /// What the program is told at load: nr_cpu_ids and nr_node_ids
 /// (cpumask/nodemask bits past them are not the kernel's to show, nor
 /// allocated for cpumasks), the KF_* kfuncs the kernel's BTF has, and
-/// where memory.numa_stat's values are (None: not served).
+/// where memory.numa_stat's values are (None: not served); whether the
+/// pass can walk under RCU, or the kfunc it lacks for that.
 #[derive(Clone, Copy)]
 pub(crate) struct LoadConfig {
     pub(crate) cpus: usize,
     pub(crate) nodes: usize,
     pub(crate) kfuncs: u32,
     pub(crate) numa: Option<NumaLayout>,
+    pub(crate) rcu_walk: std::result::Result<(), &'static str>,
+}
+
+/// The kfuncs of the pass's walk under RCU (`<prog>_rcu`): the css
+/// iterator (6.7) from the walk root found by id.
+const RCU_WALK_KFUNCS: [&str; 7] = [
+    "bpf_cgroup_from_id",
+    "bpf_cgroup_release",
+    "bpf_rcu_read_lock",
+    "bpf_rcu_read_unlock",
+    "bpf_iter_css_new",
+    "bpf_iter_css_next",
+    "bpf_iter_css_destroy",
+];
+
+/// Ok when the kernel's BTF has every kfunc of the walk under RCU, else
+/// the first one it lacks.
+fn rcu_walk_in(btf: &KernelBtf) -> std::result::Result<(), &'static str> {
+    match RCU_WALK_KFUNCS.iter().find(|f| !btf.has_func(f)) {
+        Some(missing) => Err(missing),
+        None => Ok(()),
+    }
 }
 
 const MEMCG_KFUNCS: [&str; 5] = [
@@ -229,7 +252,11 @@ fn kfuncs_in(btf: &KernelBtf) -> u32 {
 }
 
 impl LoadConfig {
-    fn of_this_machine(kfuncs: u32, numa: Option<NumaLayout>) -> Self {
+    fn of_this_machine(
+        kfuncs: u32,
+        numa: Option<NumaLayout>,
+        rcu_walk: std::result::Result<(), &'static str>,
+    ) -> Self {
         // "0-3,8": the last id + 1.
         let count = |list: &str| {
             std::fs::read_to_string(list)
@@ -242,6 +269,7 @@ impl LoadConfig {
             nodes: count("/sys/devices/system/node/possible"),
             kfuncs,
             numa,
+            rcu_walk,
         }
     }
 }
@@ -269,7 +297,7 @@ impl Kernel {
     pub(crate) fn read(btf: &KernelBtf) -> Self {
         let has_numa_stat = btf.enum_values("numa_stat_item").is_some();
         let numa_layout = numa_layout(btf);
-        let mut config = LoadConfig::of_this_machine(kfuncs_in(btf), None);
+        let mut config = LoadConfig::of_this_machine(kfuncs_in(btf), None, rcu_walk_in(btf));
         if has_numa_stat && config.nodes <= NUMA_NODES {
             config.numa = numa_layout.as_ref().ok().copied();
         }

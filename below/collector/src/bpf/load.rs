@@ -12,11 +12,15 @@
 // See the License for the specific language governing permissions and
 // limitations under the License.
 
-//! Loading the iterator and reading what it wrote, through the BPF layer
+//! Loading the pass and reading what it wrote, through the BPF layer
 //! (`super::layer`): the records and .bss are mmapped, passes run through
-//! libbpf_rs::Iter.
+//! libbpf_rs::Iter. One form of the pass is loaded ([`Walk`]): under RCU
+//! where the kernel allows it, else the cgroup iterator.
 
+use std::fmt;
 use std::os::fd::BorrowedFd;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::path::PathBuf;
 
@@ -51,7 +55,52 @@ unsafe impl Pod for Bss {}
 // SAFETY: as above.
 unsafe impl Pod for Rodata {}
 
-/// A loaded and attached iterator with room for `capacity` records.
+/// How a pass walks the cgroup tree: which form of the program is loaded.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Walk {
+    /// `<prog>_rcu`: the css iterator under RCU, no cgroup lock held.
+    Rcu,
+    /// `<prog>`: the cgroup iterator, which holds cgroup_mutex for the
+    /// whole walk; why not under RCU.
+    Locked(NoRcuWalk),
+}
+
+/// Why a pass holds cgroup_mutex.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum NoRcuWalk {
+    /// The kernel lacks this kfunc.
+    Kfunc(&'static str),
+    /// The form under RCU did not load: why.
+    Load(String),
+}
+
+impl Walk {
+    /// The program of this form of `prog` (a CGROUP_PASS name).
+    pub(crate) fn program(&self, prog: &str) -> String {
+        match self {
+            Walk::Rcu => format!("{prog}_rcu"),
+            Walk::Locked(_) => prog.to_owned(),
+        }
+    }
+}
+
+impl fmt::Display for Walk {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Walk::Rcu => f.write_str("the pass walks under RCU, no cgroup lock held"),
+            Walk::Locked(NoRcuWalk::Kfunc(k)) => write!(
+                f,
+                "the pass holds cgroup_mutex for the whole walk (kernel lacks kfunc {k})"
+            ),
+            Walk::Locked(NoRcuWalk::Load(why)) => write!(
+                f,
+                "the pass holds cgroup_mutex for the whole walk (the walk under RCU did not load: {why})"
+            ),
+        }
+    }
+}
+
+/// A loaded and attached pass with room for `capacity` records.
 pub(crate) struct Loaded {
     link: Link,
     records: MapView<Record>,
@@ -63,6 +112,7 @@ pub(crate) struct Loaded {
     _object: Object,
     capacity: u32,
     config: LoadConfig,
+    walk: Walk,
     /// BTF to relocate against instead of the running kernel's (tests).
     btf: Option<PathBuf>,
 }
@@ -79,27 +129,53 @@ pub(crate) fn capacity_for(cgroups: u32) -> u32 {
 }
 
 impl Loaded {
-    /// The first load. `btf`: CO-RE relocations against this BTF file,
-    /// not the kernel's.
+    /// The first load: under RCU where the kernel has the kfuncs and the
+    /// verifier takes it, else the cgroup iterator. `btf`: CO-RE
+    /// relocations against this BTF file, not the kernel's.
     pub(crate) fn first(root: BorrowedFd, config: LoadConfig, btf: Option<&Path>) -> Result<Self> {
-        Self::new(root, FIRST_CAPACITY, config, btf.map(Path::to_path_buf))
+        let btf = btf.map(Path::to_path_buf);
+        let why = match config.rcu_walk {
+            Ok(()) => match Self::new(root, FIRST_CAPACITY, config, Walk::Rcu, btf.clone()) {
+                Ok(loaded) => return Ok(loaded),
+                Err(e) => NoRcuWalk::Load(format!("{e:#}")),
+            },
+            Err(kfunc) => NoRcuWalk::Kfunc(kfunc),
+        };
+        Self::new(root, FIRST_CAPACITY, config, Walk::Locked(why), btf)
     }
 
     fn new(
         root: BorrowedFd,
         capacity: u32,
         config: LoadConfig,
+        walk: Walk,
         btf: Option<PathBuf>,
     ) -> Result<Self> {
+        let prog = walk.program("cgroup_stats");
         let object = layer::load("cgroup_stats", OBJECT, btf.as_deref(), |open| {
-            Self::prepare(open, capacity, &config)
+            Self::prepare(open, &prog, root, capacity, &config)
         })?;
-        Self::attach(object, "cgroup_stats", root, capacity, config, btf)
+        Self::attach(object, &prog, root, capacity, config, walk, btf)
     }
 
-    /// Before the load of an object holding the program: sizes its maps
-    /// for `capacity` records and sets its constants.
-    pub(crate) fn prepare(open: &mut OpenObject, capacity: u32, config: &LoadConfig) -> Result<()> {
+    /// Before the load of an object holding the program: only `prog` is
+    /// loaded (one verification); sizes its maps for `capacity` records and
+    /// sets its constants.
+    pub(crate) fn prepare(
+        open: &mut OpenObject,
+        prog: &str,
+        root: BorrowedFd,
+        capacity: u32,
+        config: &LoadConfig,
+    ) -> Result<()> {
+        let mut found = false;
+        for mut p in open.progs_mut() {
+            let this = p.name() == prog;
+            found |= this;
+            p.set_autoload(this);
+        }
+        anyhow::ensure!(found, "the BPF object has no program {prog}");
+        let root_id = cgroup_id(root)?;
         let numa_rows = (capacity as usize * numa_nodes(config)).max(1);
         layer::open_map(open, "records")?
             .set_max_entries(capacity)
@@ -111,6 +187,7 @@ impl Loaded {
             rodata.cpumask_bytes = (config.cpus.div_ceil(64) * 8).min(CPU_WORDS * 8) as u32;
             rodata.nr_cpus = config.cpus as u32;
             rodata.kfuncs = config.kfuncs;
+            rodata.walk_root_id = root_id;
             if let Some(layout) = config.numa {
                 rodata.numa_node_ids = config.nodes as u32;
                 rodata.numa_idx = layout;
@@ -118,22 +195,32 @@ impl Loaded {
         })
     }
 
-    /// After the load: attaches `prog`, an iterator over the cgroups under
-    /// `root`, and maps the records and .bss.
+    /// After the load: attaches `prog` (the form `walk` names) over the
+    /// cgroups under `root`, and maps the records and .bss.
     pub(crate) fn attach(
         object: Object,
         prog: &str,
         root: BorrowedFd,
         capacity: u32,
         config: LoadConfig,
+        walk: Walk,
         btf: Option<PathBuf>,
     ) -> Result<Self> {
-        let mut opts = CgroupIterOpts::from_fd(root);
-        // The kernel rejects order 0 (libbpf-rs's Default).
-        opts.order = CgroupIterOrder::DescendantsPre;
-        let link = layer::prog(&object, prog)?
-            .attach_iter_with_opts(IterOpts::Cgroup(opts))
-            .context("Failed to attach the cgroup iterator")?;
+        let program = layer::prog(&object, prog)?;
+        let link = match walk {
+            // Any thread that lives as long as the link does: the
+            // process's first, whose tid is the pid.
+            Walk::Rcu => layer::attach_task_iter(&program, std::process::id())
+                .context("Failed to attach the task iterator")?,
+            Walk::Locked(_) => {
+                let mut opts = CgroupIterOpts::from_fd(root);
+                // The kernel rejects order 0 (libbpf-rs's Default).
+                opts.order = CgroupIterOrder::DescendantsPre;
+                program
+                    .attach_iter_with_opts(IterOpts::Cgroup(opts))
+                    .context("Failed to attach the cgroup iterator")?
+            }
+        };
         Ok(Loaded {
             link,
             records: MapView::new(&layer::map(&object, "records")?)?,
@@ -143,6 +230,7 @@ impl Loaded {
             _object: object,
             capacity,
             config,
+            walk,
             btf,
         })
     }
@@ -174,7 +262,7 @@ impl Loaded {
             let Some(cap) = self.room_for(&pass) else {
                 return Ok(pass);
             };
-            *self = Loaded::new(root, cap, self.config, self.btf.clone())
+            *self = Loaded::new(root, cap, self.config, self.walk.clone(), self.btf.clone())
                 .with_context(|| format!("cannot grow the records map to {cap} cgroups"))?;
         }
     }
@@ -188,6 +276,11 @@ impl Loaded {
     /// What the program was loaded with.
     pub(crate) fn config(&self) -> &LoadConfig {
         &self.config
+    }
+
+    /// Which form of the pass is loaded.
+    pub(crate) fn walk(&self) -> &Walk {
+        &self.walk
     }
 
     pub(crate) fn records(&self, n: u32) -> &[Record] {
@@ -204,6 +297,14 @@ impl Loaded {
         let rows = unsafe { self.numa.slice((i + 1) * n) };
         rows.get(i * n..).unwrap_or_default()
     }
+}
+
+/// The id of the cgroup `dir` is (its kernfs node id, the inode number
+/// cgroup2 gives it).
+fn cgroup_id(dir: BorrowedFd) -> Result<u64> {
+    let path = format!("/proc/self/fd/{}", dir.as_raw_fd());
+    let meta = std::fs::metadata(&path).context("cannot stat the cgroup root")?;
+    Ok(meta.ino())
 }
 
 /// Rows per record for the node ids memory.numa_stat can print; none when

@@ -9,6 +9,7 @@ use super::kernel::swap_files_this_boot;
 use super::kernel::Kernel;
 use super::layer::KernelBtf;
 use super::load::Loaded;
+use super::load::Walk;
 use super::psi;
 use super::BpfBackend;
 use crate::plan::Support;
@@ -55,6 +56,8 @@ pub(crate) struct Found {
     pub(crate) facts: u64,
     /// PSI_NO_*: why the pass has no PSI clock (with FEAT_PSI_CLOCK unset).
     pub(crate) psi_no_clock: usize,
+    /// How the pass walks the tree.
+    pub(crate) walk: Walk,
 }
 
 /// As [`probe`], relocating against `btf` (a file standing for the
@@ -93,6 +96,7 @@ pub(crate) fn probe_with(root_fd: BorrowedFd, btf: Option<&Path>) -> Probe {
         features,
         facts,
         psi_no_clock,
+        walk: loaded.walk().clone(),
     };
     Probe {
         capability: Ok(support(&found)),
@@ -244,6 +248,12 @@ pub(crate) fn support(found: &Found) -> Support {
     for &f in StatFile::ALL {
         if !reasons.iter().any(|(g, _)| *g == f) {
             reasons.push((f, "read at the pass".to_owned()));
+        }
+    }
+    // Whether the host's cgroup operations wait for the pass.
+    for (f, note) in &mut reasons {
+        if files.contains(*f) {
+            *note = format!("{note}; {}", found.walk);
         }
     }
     Support { files, reasons }

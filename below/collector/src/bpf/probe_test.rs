@@ -10,6 +10,7 @@ use std::os::fd::AsFd;
 use super::contract::*;
 use super::probe::probe_with;
 use super::probe::support;
+use super::load::Walk;
 use super::probe::Found;
 use crate::plan::BackendChoice;
 use crate::plan::BackendKind;
@@ -33,6 +34,7 @@ fn full() -> Found {
         features: FEAT_CPU_FLUSH | FEAT_MEMCG_KFUNCS | FEAT_PSI | FEAT_PSI_CLOCK | FEAT_NUMA,
         facts: (1 << KERNEL_FACTS.len()) - 1,
         psi_no_clock: 0,
+        walk: Walk::Rcu,
     }
 }
 

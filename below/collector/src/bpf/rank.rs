@@ -19,6 +19,7 @@ use super::layer;
 use super::layer::Pod;
 use super::load::Loaded;
 use super::load::Pass;
+use super::load::Walk;
 use super::protocol::Passes;
 
 // libbpf-cargo's output: its unwrap()s are not ours to change.
@@ -51,27 +52,25 @@ pub(crate) struct RankLoaded {
 }
 
 impl RankLoaded {
+    /// In the form (`walk`) the core program was loaded in.
     fn new(
         root: BorrowedFd,
         capacity: u32,
         config: LoadConfig,
+        walk: Walk,
         btf: Option<PathBuf>,
     ) -> Result<Self> {
+        let prog = walk.program("cgroup_rank");
         let object = layer::load("cgroup_rank", OBJECT, btf.as_deref(), |open| {
-            Loaded::prepare(open, capacity, &config)?;
+            Loaded::prepare(open, &prog, root, capacity, &config)?;
             layer::open_map(open, "wanted")?
                 .set_max_entries(capacity)
-                .context("Failed to size the wanted map")?;
-            // Its maps are cgroup_rank's: one program to verify, not two.
-            open.progs_mut()
-                .find(|p| p.name() == "cgroup_stats")
-                .context("the BPF object has no program cgroup_stats")?
-                .set_autoload(false);
-            Ok(())
+                .context("Failed to size the wanted map")
+                .map(drop)
         })?;
         let wanted = MapHandle::try_from(&layer::map(&object, "wanted")?)?;
         let control = MapHandle::try_from(&layer::map(&object, ".data.rank")?)?;
-        let loaded = Loaded::attach(object, "cgroup_rank", root, capacity, config, btf)?;
+        let loaded = Loaded::attach(object, &prog, root, capacity, config, walk, btf)?;
         Ok(RankLoaded {
             loaded,
             wanted,
@@ -136,7 +135,7 @@ impl Program {
         if let Program::Core { loaded, cgroups } = self {
             let capacity = super::load::capacity_for(*cgroups);
             *self = Program::Rank(
-                RankLoaded::new(root, capacity, *loaded.config(), btf)
+                RankLoaded::new(root, capacity, *loaded.config(), loaded.walk().clone(), btf)
                     .context("Failed to load the cgroup_rank BPF program")?,
             );
         }
@@ -170,7 +169,8 @@ impl Passes for Passing<'_> {
             let Some(cap) = r.loaded.room_for(&pass) else {
                 return Ok((pass, moved));
             };
-            *r = RankLoaded::new(self.root, cap, *r.loaded.config(), self.btf.cloned())
+            let (config, walk) = (*r.loaded.config(), r.loaded.walk().clone());
+            *r = RankLoaded::new(self.root, cap, config, walk, self.btf.cloned())
                 .with_context(|| format!("cannot grow the records map to {cap} cgroups"))?;
         }
     }
