@@ -197,7 +197,7 @@ pub(crate) fn numa_layout(btf: &KernelBtf) -> Result<NumaLayout> {
 /// (cpumask/nodemask bits past them are not the kernel's to show, nor
 /// allocated for cpumasks), the KF_* kfuncs the kernel's BTF has, and
 /// where memory.numa_stat's values are (None: not served); whether the
-/// pass can walk under RCU, or the kfunc it lacks for that.
+/// pass may walk under RCU, or why not.
 #[derive(Clone, Copy)]
 pub(crate) struct LoadConfig {
     pub(crate) cpus: usize,
@@ -207,23 +207,28 @@ pub(crate) struct LoadConfig {
     pub(crate) rcu_walk: std::result::Result<(), &'static str>,
 }
 
-/// The kfuncs of the pass's walk under RCU (`<prog>_rcu`): the css
-/// iterator (6.7) from the walk root found by id.
-const RCU_WALK_KFUNCS: [&str; 7] = [
+/// Each kfunc of the pass's walk under RCU (`<prog>_rcu`: the css
+/// iterator, 6.7, from the walk root found by id), with why not without it.
+macro_rules! rcu_walk_kfuncs {
+    ($($kfunc:literal),*) => {
+        [$(($kfunc, concat!("kernel lacks kfunc ", $kfunc))),*]
+    };
+}
+const RCU_WALK_KFUNCS: [(&str, &str); 7] = rcu_walk_kfuncs!(
     "bpf_cgroup_from_id",
     "bpf_cgroup_release",
     "bpf_rcu_read_lock",
     "bpf_rcu_read_unlock",
     "bpf_iter_css_new",
     "bpf_iter_css_next",
-    "bpf_iter_css_destroy",
-];
+    "bpf_iter_css_destroy"
+);
 
 /// Ok when the kernel's BTF has every kfunc of the walk under RCU, else
-/// the first one it lacks.
+/// why not (the first one it lacks).
 fn rcu_walk_in(btf: &KernelBtf) -> std::result::Result<(), &'static str> {
-    match RCU_WALK_KFUNCS.iter().find(|f| !btf.has_func(f)) {
-        Some(missing) => Err(missing),
+    match RCU_WALK_KFUNCS.iter().find(|(f, _)| !btf.has_func(f)) {
+        Some((_, why)) => Err(why),
         None => Ok(()),
     }
 }

@@ -68,8 +68,8 @@ pub(crate) enum Walk {
 /// Why a pass holds cgroup_mutex.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum NoRcuWalk {
-    /// The kernel lacks this kfunc.
-    Kfunc(&'static str),
+    /// Not tried: why (a kfunc the kernel lacks).
+    Unavailable(&'static str),
     /// The form under RCU did not load: why.
     Load(String),
 }
@@ -88,10 +88,9 @@ impl fmt::Display for Walk {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Walk::Rcu => f.write_str("the pass walks under RCU, no cgroup lock held"),
-            Walk::Locked(NoRcuWalk::Kfunc(k)) => write!(
-                f,
-                "the pass holds cgroup_mutex for the whole walk (kernel lacks kfunc {k})"
-            ),
+            Walk::Locked(NoRcuWalk::Unavailable(why)) => {
+                write!(f, "the pass holds cgroup_mutex for the whole walk ({why})")
+            }
             Walk::Locked(NoRcuWalk::Load(why)) => write!(
                 f,
                 "the pass holds cgroup_mutex for the whole walk (the walk under RCU did not load: {why})"
@@ -139,7 +138,7 @@ impl Loaded {
                 Ok(loaded) => return Ok(loaded),
                 Err(e) => NoRcuWalk::Load(format!("{e:#}")),
             },
-            Err(kfunc) => NoRcuWalk::Kfunc(kfunc),
+            Err(why) => NoRcuWalk::Unavailable(why),
         };
         Self::new(root, FIRST_CAPACITY, config, Walk::Locked(why), btf)
     }

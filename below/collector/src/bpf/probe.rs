@@ -26,6 +26,11 @@ pub(crate) fn probe(root_fd: BorrowedFd) -> Probe {
     probe_with(root_fd, None)
 }
 
+/// `BSTATS_BPF_WALK=locked` loads the cgroup iterator where the walk under
+/// RCU would run: the benchmark measures both on one kernel.
+const WALK_ENV: &str = "BSTATS_BPF_WALK";
+const LOCKED_BY_ENV: &str = "BSTATS_BPF_WALK=locked";
+
 /// Why the program cannot read through a missing kernel fact.
 fn missing(fact: &Fact) -> String {
     let what = match fact.kind {
@@ -77,6 +82,10 @@ pub(crate) fn probe_with(root_fd: BorrowedFd, btf: Option<&Path>) -> Probe {
         Err(e) => return fail(format!("{e:#}")),
     };
     let (cpus, nodes) = (config.cpus, config.nodes);
+    let mut config = config;
+    if std::env::var_os(WALK_ENV).is_some_and(|v| v == "locked") {
+        config.rcu_walk = Err(LOCKED_BY_ENV);
+    }
     let mut loaded = match Loaded::first(root_fd, config, btf) {
         Ok(l) => l,
         Err(e) => return fail(format!("cannot load the cgroup iterator: {e:#}")),
