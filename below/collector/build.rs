@@ -43,4 +43,6 @@ fn main() {
     // (its BTF).
     bstats_bpf_build::build_program("src/bpf", "cgroup_stats");
     bstats_bpf_build::build_program("src/bpf", "cgroup_rank");
+    // Tests only: what holds cgroup_mutex while the pass runs (walk_test.rs).
+    bstats_bpf_build::build_program("src/bpf", "mutex_holder");
 }

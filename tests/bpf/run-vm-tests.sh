@@ -14,7 +14,8 @@
 #             reason, auto and forced bpf; frozen-tree compare of the rest
 #   facts     (debian-7.3) the collector's unit tests that load the program with
 #             each kernel fact taken out of a copy of the kernel's BTF, and
-#             the numa_stat layout ones, on a kernel with the memcg kfuncs
+#             the numa_stat layout ones, on a kernel with the memcg kfuncs;
+#             and that the pass under RCU ends while cgroup_mutex is held
 #   parity    (debian-7.3, with a scratch disk) live parity: cgroups changing
 #             while sampled, every value BPF serves between the text read
 #             before and after, without and with top-N; planted errors must
@@ -56,7 +57,7 @@ facts() {
   [ -n "$bin" ] || return 1
   case "$bin" in /*) ;; *) bin=$REPO_ROOT/$bin ;; esac
   "$REPO_ROOT/tests/vm/run.sh" --kernel "$1" --timeout 1500 --add "$bin:/bpf-stats-test" \
-    -- /bpf-stats-test --test-threads 1 bpf::facts_test bpf::kernel
+    -- /bpf-stats-test --test-threads 1 bpf::facts_test bpf::kernel bpf::walk_test
 }
 
 # The kernel of STAGE[:KERNEL].

@@ -240,7 +240,8 @@ pub fn attach_task_iter(prog: &ProgramMut, tid: u32) -> Result<Link> {
     };
     // SAFETY: a loaded program of a live object; libbpf copies the link
     // info during the call.
-    let ptr = unsafe { libbpf_sys::bpf_program__attach_iter(prog.as_libbpf_object().as_ptr(), &opts) };
+    let ptr =
+        unsafe { libbpf_sys::bpf_program__attach_iter(prog.as_libbpf_object().as_ptr(), &opts) };
     let ptr = NonNull::new(ptr).ok_or_else(std::io::Error::last_os_error)?;
     // SAFETY: a link libbpf just created, owned from here.
     Ok(unsafe { Link::from_ptr(ptr) })

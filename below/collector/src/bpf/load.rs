@@ -18,8 +18,8 @@
 //! where the kernel allows it, else the cgroup iterator.
 
 use std::fmt;
-use std::os::fd::BorrowedFd;
 use std::os::fd::AsRawFd;
+use std::os::fd::BorrowedFd;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::path::PathBuf;

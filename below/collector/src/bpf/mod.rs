@@ -34,6 +34,8 @@ mod protocol;
 mod psi;
 mod rank;
 mod sample;
+#[cfg(test)]
+mod walk_test;
 
 use std::collections::HashMap;
 use std::path::PathBuf;

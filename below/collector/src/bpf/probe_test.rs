@@ -8,9 +8,9 @@ use std::fs::File;
 use std::os::fd::AsFd;
 
 use super::contract::*;
+use super::load::Walk;
 use super::probe::probe_with;
 use super::probe::support;
-use super::load::Walk;
 use super::probe::Found;
 use crate::plan::BackendChoice;
 use crate::plan::BackendKind;

@@ -1,0 +1,110 @@
+//! The pass under RCU takes no cgroup_mutex: it runs to its end while
+//! another cgroup iterator holds the mutex (mutex_holder.bpf.c, which
+//! spins until released). A pass that needed the mutex would wait for the
+//! holder's deadline instead. Needs root and a kernel that walks under RCU
+//! (6.7+); skipped with a line otherwise.
+
+use std::fs::File;
+use std::os::fd::AsFd;
+use std::time::Duration;
+use std::time::Instant;
+
+use libbpf_rs::CgroupIterOpts;
+use libbpf_rs::CgroupIterOrder;
+use libbpf_rs::IterOpts;
+use libbpf_rs::MapCore;
+use libbpf_rs::MapFlags;
+use libbpf_rs::MapHandle;
+
+use super::kernel::Kernel;
+use super::layer;
+use super::layer::KernelBtf;
+use super::layer::Pod;
+use super::load::Loaded;
+use super::load::Walk;
+
+// libbpf-cargo's output: its unwrap()s are not ours to change.
+#[allow(clippy::unwrap_used)]
+mod skel {
+    include!(concat!(env!("OUT_DIR"), "/mutex_holder.skel.rs"));
+}
+use skel::types::bss as HolderBss;
+
+// SAFETY: the skeleton's #[repr(C)] type of a data section: integers.
+unsafe impl Pod for HolderBss {}
+
+const HOLDER: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/mutex_holder.bpf.o"));
+
+fn holder_state(bss: &MapHandle) -> HolderBss {
+    let bytes = bss
+        .lookup(&0u32.to_ne_bytes(), MapFlags::ANY)
+        .unwrap()
+        .unwrap();
+    layer::read::<HolderBss>(&bytes).unwrap()
+}
+
+#[test]
+fn the_rcu_pass_runs_while_cgroup_mutex_is_held() {
+    if bstats_testkit::skip_unless_root("loads BPF") {
+        return;
+    }
+    let Ok(root) = crate::find_cgroup2_mount() else {
+        println!("skipped: no cgroup2 mount");
+        return;
+    };
+    let root = File::open(root).unwrap();
+    let kernel = Kernel::read(&KernelBtf::open(None).unwrap());
+    if let Err(why) = kernel.config.rcu_walk {
+        println!("skipped: {why}");
+        return;
+    }
+    let mut loaded = Loaded::first(root.as_fd(), kernel.config, None).unwrap();
+    assert_eq!(loaded.walk(), &Walk::Rcu);
+
+    let holder = layer::load("mutex_holder", HOLDER, None, |_| Ok(())).unwrap();
+    let mut opts = CgroupIterOpts::from_fd(root.as_fd());
+    opts.order = CgroupIterOrder::SelfOnly;
+    let link = layer::prog(&holder, "hold")
+        .unwrap()
+        .attach_iter_with_opts(IterOpts::Cgroup(opts))
+        .unwrap();
+    let bss = MapHandle::try_from(&layer::map(&holder, ".bss").unwrap()).unwrap();
+    let holding = std::thread::spawn(move || layer::run_iter(&link, &mut Vec::new()));
+    let start = Instant::now();
+    while holder_state(&bss).holding == 0 {
+        if holding.is_finished() {
+            panic!("the holder ended first: {:?}", holding.join());
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(12),
+            "the holder never ran"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+
+    let pass = loaded.run().unwrap();
+    let held_throughout = holder_state(&bss).holding == 1;
+    let release = HolderBss {
+        holding: 1,
+        released: 1,
+        timed_out: 0,
+    };
+    // SAFETY: HolderBss is u32s with no padding, all initialized.
+    let bytes = unsafe {
+        std::slice::from_raw_parts((&raw const release).cast::<u8>(), size_of::<HolderBss>())
+    };
+    bss.update(&0u32.to_ne_bytes(), bytes, MapFlags::ANY)
+        .unwrap();
+    holding.join().unwrap().unwrap();
+
+    assert!(pass.cgroups > 0, "the pass saw no cgroup");
+    assert_eq!(
+        holder_state(&bss).timed_out,
+        0,
+        "the holder was not released"
+    );
+    assert!(
+        held_throughout,
+        "the pass ended after cgroup_mutex was let go"
+    );
+}
