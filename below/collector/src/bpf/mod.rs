@@ -1,12 +1,13 @@
-//! The BPF backend: one sleepable cgroup iterator pass per sample writes a
-//! fixed-size record per cgroup into an mmapped array map (memory.numa_stat
-//! rows into a second one); the tree and
-//! the samples are built from those records with no readdir and no text.
+//! The BPF backend: one pass per sample writes a fixed-size record per
+//! cgroup into an mmapped array map (memory.numa_stat rows into a second
+//! one); the tree and the samples are built from those records with no
+//! readdir and no text. The pass walks under RCU where the kernel allows
+//! it, else as a cgroup iterator under cgroup_mutex (`load::Walk`).
 //!
 //! - `cgroup_stats.bpf.c`, `cgroup_stats.h`: the program and the contract
 //!   (record layout and tables; `contract` is its Rust side, generated);
-//! - `load`: loading, running a pass, reading the records (through the
-//!   BPF layer, bstats-bpf);
+//! - `load`: loading one form of the pass, running it, reading the records
+//!   (through the BPF layer, bstats-bpf);
 //! - `cgroup_rank.bpf.c`, `rank`: the fork's top-N program, the same walk
 //!   in pass modes (the core program is below main's, `cgroup_rank.h`);
 //! - `protocol`: which passes a sample runs (FULL, or RANK then WANTED);
