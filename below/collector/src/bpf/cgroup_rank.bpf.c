@@ -26,10 +26,15 @@ __u32 rank_groups SEC(".data.rank");
  * the RANK pass did (the tree changed between them). */
 __u32 moved SEC(".data.rank");
 
-/* The ranked value only (RANK pass): no other field of the group. */
-static __always_inline void fill_rank(struct record *r, struct cgroup *cgrp)
+/* The ranked value only (RANK pass) of the cgroup at `visit_cgroup`: no
+ * other field of the group. Global: checked once (see fill_groups). */
+__noinline int fill_rank(struct record *r)
 {
+	struct cgroup *cgrp = (void *)visit_cgroup;
 	struct mem_cgroup___local *memcg;
+
+	if (!r)
+		return 0;
 
 	if (rank_groups & HAS_BSTAT) {
 		r->usage_ns = BPF_CORE_READ(cgrp, bstat.cputime.sum_exec_runtime);
@@ -42,6 +47,7 @@ static __always_inline void fill_rank(struct record *r, struct cgroup *cgrp)
 	}
 	if (rank_groups & HAS_PSI)
 		fill_psi(r, cgrp);
+	return 0;
 }
 
 static __always_inline void start_rank(void)
@@ -82,7 +88,8 @@ static __noinline int visit_rank(struct cgroup *cgrp, struct cgroup_subsys_state
 	/* cgroup2 has no rename or move: user space knows the rest. */
 	if (r->id != id)
 		fill_place(r, cgrp);
-	fill_rank(r, cgrp);
+	visit_cgroup = (__u64)cgrp;
+	fill_rank(r);
 	return 0;
 }
 

@@ -827,12 +827,19 @@ static __always_inline struct record *next_record(__u32 *idx)
 	return bpf_map_lookup_elem(&records, idx);
 }
 
-/* Every group of the record. Too big to clear whole: each HAS_* group is
- * written in full when its flag is set, and user space reads nothing else.
- * `css`: the cgroup's own (self) css, a pointer the kfuncs accept. */
-static __always_inline void fill_record(struct record *r, __u32 idx, struct cgroup *cgrp,
-					struct cgroup_subsys_state *css)
+/* The cgroup being visited, for the functions below that read it by
+ * CO-RE (a global function's arguments cannot be kernel pointers). */
+__u64 visit_cgroup;
+
+/* Every group of the record read by CO-RE (all but memory.stat's), of the
+ * cgroup at `visit_cgroup`. A global function: the verifier checks it once,
+ * not again for each caller and each step of the walk under RCU. */
+__noinline int fill_groups(struct record *r, __u32 idx)
 {
+	struct cgroup *cgrp = (void *)visit_cgroup;
+
+	if (!r)
+		return 0;
 	r->flags = 0;
 	fill_tree(r, cgrp);
 	fill_cpu(r, cgrp);
@@ -840,6 +847,17 @@ static __always_inline void fill_record(struct record *r, __u32 idx, struct cgro
 	fill_pids(r, cgrp);
 	fill_cpuset(r, cgrp);
 	fill_memcg(r, idx, cgrp);
+	return 0;
+}
+
+/* Every group of the record. Too big to clear whole: each HAS_* group is
+ * written in full when its flag is set, and user space reads nothing else.
+ * `css`: the cgroup's own (self) css, a pointer the kfuncs accept. */
+static __always_inline void fill_record(struct record *r, __u32 idx, struct cgroup *cgrp,
+					struct cgroup_subsys_state *css)
+{
+	visit_cgroup = (__u64)cgrp;
+	fill_groups(r, idx);
 	if (have_memcg_kfuncs() && (r->flags & HAS_MEMCG)) {
 		struct mem_cgroup *m = bpf_get_mem_cgroup(css);
 
