@@ -163,7 +163,7 @@ cell() {
       > "$rdir/stdout" 2> "$rdir/stderr" &
     pid=$!
     # Two samples of warm-up (the first builds what later ones reuse).
-    w=0
+    c0=$(uptime_s) w=0
     while [ "$($P samples "$rdir/store")" -lt 2 ]; do
       if ! kill -0 $pid 2>/dev/null || [ $w -ge 600 ]; then
         { echo "status=failed: no 2 samples after $((w / 5)) s"; tail -n 5 "$rdir/stderr" | sed 's/^/stderr=/'; } > "$dir/rec.txt"
@@ -174,14 +174,24 @@ cell() {
       sleep 0.2; w=$((w + 1))
     done
     u0=$(usage_usec "$rcg") s0=$($P samples "$rdir/store") l0=$(lines "$rdir/phases.jsonl")
+    warmup=$(awk -v a="$c0" -v b="$(uptime_s)" 'BEGIN { print b - a }')
   fi
   a=$(uptime_s)
   sh -c 'echo $$ > "$1/home/cgroup.procs"; exec "$2" probe "$1" 10 "$3"' probe $CG/probe.slice $P "$WINDOW" > "$dir/probe.txt"
   $P work $CG/work.slice "$WORKERS" "$WINDOW" > "$dir/work.txt"
   b=$(uptime_s)
   if [ -n "$bin" ]; then
+    # The window ends, as it began, with a sample just written: CPU per
+    # sample over whole samples (a slow recorder's sample in progress
+    # would otherwise be billed to the samples before it).
+    w=0 s1=$($P samples "$rdir/store")
+    while [ "$($P samples "$rdir/store")" = "$s1" ] && kill -0 $pid 2>/dev/null && [ $w -lt 600 ]; do
+      sleep 0.2; w=$((w + 1))
+    done
     u1=$(usage_usec "$rcg") s1=$($P samples "$rdir/store") l1=$(lines "$rdir/phases.jsonl")
+    b=$(uptime_s)
     kill -0 $pid 2>/dev/null || echo "status=failed: the recorder exited during the window" > "$dir/rec.txt"
+    c0=$(uptime_s)
     kill -TERM $pid 2>/dev/null || true
     w=0
     while kill -0 $pid 2>/dev/null && [ $w -lt 300 ]; do sleep 0.2; w=$((w + 1)); done
@@ -190,7 +200,8 @@ cell() {
     [ -f "$dir/rec.txt" ] || echo "status=ok" > "$dir/rec.txt"
     {
       echo "cpu_usec=$((u1 - u0))"
-      echo "samples=$((s1 - s0))"
+      echo "samples=$((s1 - s0)) samples_before=$s0 samples_after=$s1"
+      echo "warmup_s=$warmup stop_s=$(awk -v a="$c0" -v b="$(uptime_s)" 'BEGIN { print b - a }')"
       tail -n 5 "$rdir/stderr" | sed 's/^/stderr=/'
     } >> "$dir/rec.txt"
     [ ! -f "$rdir/phases.jsonl" ] || sed -n "$((l0 + 1)),${l1}p" "$rdir/phases.jsonl" > "$dir/phases.jsonl"
@@ -202,7 +213,7 @@ cell() {
   fi
   echo "window_s=$(awk -v a="$a" -v b="$b" 'BEGIN { print b - a }')" >> "$dir/rec.txt"
   rm -rf "$rdir"
-  echo "fleet: round $r $key: $(cat "$dir/probe.txt") $(cat "$dir/work.txt") $(grep -E '^(status|cpu_usec|samples)=' "$dir/rec.txt" | tr '\n' ' ')"
+  echo "fleet: $(uptime_s) s: round $r $key: $(cat "$dir/probe.txt") $(cat "$dir/work.txt") $(grep -E '^(status|cpu_usec|samples|warmup_s|window_s)=' "$dir/rec.txt" | tr '\n' ' ')"
 }
 
 # (cell's variables are global: the loops use their own names)
