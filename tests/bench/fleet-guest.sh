@@ -15,21 +15,25 @@
 # The benchmark's own cgroups (bench.slice, probe.slice, work.slice) are
 # outside the NCG.
 #
-# Per round, per recorder KEY (none, below09, main-bpf, bpf, read; a key
-# whose binary is absent is written as skipped): the recorder in its own
-# cgroup (bench.slice/KEY-rN), `record -i 1` with exitstats off, two
-# samples of warm-up, then the workload's view over two windows of
-# WINDOW_S each, one after the other: the prober (a container start's
-# mkdir, attach, detach, rmdir every 10 ms) and then WORKERS throughput
-# workers, each in its own cgroup. Not together: under single-threaded TCG
-# a busy vCPU keeps QEMU's one thread for its whole time slice (up to
-# 100 ms), which would bury the prober's latency under the workers'. The
-# recorder's cgroup usage_usec and its samples are read around both
-# windows. The order of the recorders rotates from round to round.
+# Per recorder KEY in turn (none, below09, main-bpf, bpf, read; a key whose
+# binary is absent is written as skipped): the recorder in its own cgroup
+# (bench.slice/KEY), `record -i 1` with exitstats off, one sample of
+# warm-up, then ROUNDS rounds back to back of the workload's view: the
+# prober (a container start's mkdir, attach, detach, rmdir every 10 ms) for
+# WINDOW_S, then WORKERS throughput workers, each in its own cgroup, for
+# WINDOW_S. Not together: under single-threaded TCG a busy vCPU keeps
+# QEMU's one thread for its whole time slice (up to 100 ms), which would
+# bury the prober's latency under the workers'. The recorder's cgroup
+# usage_usec and its samples are read from a sample written before the
+# first round to one written after the last. One recorder run for all
+# rounds, not one per round: under TCG at 5,000 cgroups below 0.9 and
+# below main take ~50 s per sample, and a start per round would double
+# the run.
 #
-# Results under /out/fleet: setup.txt (times and counts), and per cell
-# rN-KEY/ with probe.txt, work.txt, rec.txt (key=value lines) and, from
-# ours, phases.jsonl (the --phase-times records of the window).
+# Results under /out/fleet (key=value lines): setup.txt (times and counts);
+# per round rN-KEY/ with probe.txt, work.txt and tree.txt (dying cgroups);
+# per recorder KEY/rec.txt and, from ours, KEY/phases.jsonl (the
+# --phase-times records of the window).
 #
 # Times under TCG on a 2-core host (debian-7.3, 5,000 cgroups, 2,000
 # processes): boot to this script 6 s at 2 vCPUs, 11 s at 16, 27 s at 64
@@ -107,7 +111,8 @@ R=$CG/machine.slice/runtime.slice
 sh -c 'echo $$ > "$1/driver/cgroup.procs"; exec "$2" churn "$1" 100 50' churn "$R" $P > /tmp/churn.out &
 churn_pid=$!
 
-count_dirs() { find $CG -mindepth 1 -type d | wc -l; }
+# (the kernel's count: a find would stat every file of 5,000 cgroups)
+count_dirs() { awk '$1 == "nr_descendants" { print $2 }' $CG/cgroup.stat; }
 # (in subshells: set -- would replace the recorder keys)
 tasks=$(set -- /proc/[0-9]*/task/[0-9]*; echo $#)
 procs=$(set -- /proc/[0-9]*; echo $#)
@@ -128,106 +133,107 @@ cat $OUT/setup.txt
 usage_usec() { awk '$1 == "usage_usec" { print $2 }' "$1/cpu.stat"; }
 lines() { if [ -f "$1" ]; then wc -l < "$1"; else echo 0; fi; }
 
-# cell ROUND KEY: writes $OUT/rROUND-KEY/.
-cell() {
-  r=$1 key=$2 dir=$OUT/r$1-$2 rdir=/tmp/rec-$2-r$1
+since() { awk -v a="$1" -v b="$(uptime_s)" 'BEGIN { print b - a }'; }
+nsamples() { $P samples "$1/store"; }
+
+# waitfor_sample RDIR PID N: waits (up to 10 min) until the store holds more
+# than N samples; fails when the recorder is gone or it does not come.
+waitfor_sample() {
+  _w=0
+  while [ "$(nsamples "$1")" -le "$3" ]; do
+    kill -0 "$2" 2>/dev/null && [ $_w -lt 3000 ] || return 1
+    sleep 0.2; _w=$((_w + 1))
+  done
+}
+
+# windows KEY: the prober's window then the workers' window, ROUNDS times,
+# into $OUT/rN-KEY/.
+windows() {
+  _r=1
+  while [ $_r -le "$ROUNDS" ]; do
+    _d=$OUT/r$_r-$1
+    mkdir -p "$_d"
+    echo "dying_cgroups=$(awk '$1 == "nr_dying_descendants" { print $2 }' $CG/cgroup.stat)" > "$_d/tree.txt"
+    sh -c 'echo $$ > "$1/home/cgroup.procs"; exec "$2" probe "$1" 10 "$3"' probe $CG/probe.slice $P "$WINDOW" > "$_d/probe.txt"
+    $P work $CG/work.slice "$WORKERS" "$WINDOW" > "$_d/work.txt"
+    echo "fleet: $(uptime_s) s: $1 round $_r: $(cat "$_d/probe.txt") $(cat "$_d/work.txt")"
+    _r=$((_r + 1))
+  done
+}
+
+# recorder KEY: KEY's recorder (none: no recorder) through every round's
+# windows; $OUT/KEY/rec.txt (and phases.jsonl) cover all of them.
+recorder() {
+  key=$1 dir=$OUT/$1 rdir=/tmp/rec-$1
   mkdir -p "$dir" "$rdir"
   bin='' args=''
   case $key in
-    none) ;;
+    none) windows none; echo "status=ok" > "$dir/rec.txt"; return 0 ;;
     below09) bin=/bin/below09 ;;
     main-bpf) bin=/bin/below-main; echo "enable_cgroup_bpf = true" > "$rdir/extra.conf" ;;
     bpf|read) bin=/bin/below; args="--cgroup-backend $key" ;;
-    *) echo "status=unknown recorder $key" > "$dir/rec.txt"; return 0 ;;
+    *) echo "status=failed: unknown recorder $key" > "$dir/rec.txt"; return 0 ;;
   esac
-  if [ -n "$bin" ] && [ ! -x "$bin" ]; then
+  if [ ! -x "$bin" ]; then
     echo "status=skipped: no $bin in the guest" > "$dir/rec.txt"
     return 0
   fi
-  pid='' rcg=''
-  if [ -n "$bin" ]; then
-    {
-      echo "store_dir = \"$rdir/store\""
-      echo "log_dir = \"$rdir/log\""
-      echo "cgroup_root = \"$CG\""
-      cat "$rdir/extra.conf" 2>/dev/null || true
-    } > "$rdir/below.conf"
-    phases=
-    [ "$bin" != /bin/below ] || phases="--phase-times $rdir/phases.jsonl"
-    rcg=$CG/bench.slice/$key-r$r
-    mkdir "$rcg"
-    # Its own cgroup before exec: whatever it starts is billed to it too.
-    # shellcheck disable=SC2086 # args and phases are word lists
-    sh -c 'echo $$ > "$1/cgroup.procs"; shift; exec "$@"' rec "$rcg" \
-      $bin $args --config "$rdir/below.conf" record -i 1 $phases --disable-exitstats \
-      > "$rdir/stdout" 2> "$rdir/stderr" &
-    pid=$!
-    # Two samples of warm-up (the first builds what later ones reuse).
-    c0=$(uptime_s) w=0
-    while [ "$($P samples "$rdir/store")" -lt 2 ]; do
-      if ! kill -0 $pid 2>/dev/null || [ $w -ge 600 ]; then
-        { echo "status=failed: no 2 samples after $((w / 5)) s"; tail -n 5 "$rdir/stderr" | sed 's/^/stderr=/'; } > "$dir/rec.txt"
-        kill -KILL $pid 2>/dev/null || true; wait $pid 2>/dev/null || true
-        rmdir "$rcg" 2>/dev/null || true
-        return 0
-      fi
-      sleep 0.2; w=$((w + 1))
-    done
-    u0=$(usage_usec "$rcg") s0=$($P samples "$rdir/store") l0=$(lines "$rdir/phases.jsonl")
-    warmup=$(awk -v a="$c0" -v b="$(uptime_s)" 'BEGIN { print b - a }')
-  fi
-  a=$(uptime_s)
-  sh -c 'echo $$ > "$1/home/cgroup.procs"; exec "$2" probe "$1" 10 "$3"' probe $CG/probe.slice $P "$WINDOW" > "$dir/probe.txt"
-  $P work $CG/work.slice "$WORKERS" "$WINDOW" > "$dir/work.txt"
-  b=$(uptime_s)
-  if [ -n "$bin" ]; then
-    # The window ends, as it began, with a sample just written: CPU per
+  {
+    echo "store_dir = \"$rdir/store\""
+    echo "log_dir = \"$rdir/log\""
+    echo "cgroup_root = \"$CG\""
+    cat "$rdir/extra.conf" 2>/dev/null || true
+  } > "$rdir/below.conf"
+  phases=
+  [ "$bin" != /bin/below ] || phases="--phase-times $rdir/phases.jsonl"
+  rcg=$CG/bench.slice/$key
+  mkdir "$rcg"
+  c0=$(uptime_s)
+  # Its own cgroup before exec: whatever it starts is billed to it too.
+  # shellcheck disable=SC2086 # args and phases are word lists
+  sh -c 'echo $$ > "$1/cgroup.procs"; shift; exec "$@"' rec "$rcg" \
+    $bin $args --config "$rdir/below.conf" record -i 1 $phases --disable-exitstats \
+    > "$rdir/stdout" 2> "$rdir/stderr" &
+  pid=$!
+  # One sample of warm-up: the first pays for start-up (BPF loading, the
+  # first walk) and the window starts as a sample is written.
+  if waitfor_sample "$rdir" $pid 0; then
+    warmup=$(since "$c0")
+    u0=$(usage_usec "$rcg") s0=$(nsamples "$rdir") l0=$(lines "$rdir/phases.jsonl") a=$(uptime_s)
+    windows "$key"
+    # The window ends, as it began, as a sample is written: CPU per
     # sample over whole samples (a slow recorder's sample in progress
-    # would otherwise be billed to the samples before it).
-    w=0 s1=$($P samples "$rdir/store")
-    while [ "$($P samples "$rdir/store")" = "$s1" ] && kill -0 $pid 2>/dev/null && [ $w -lt 600 ]; do
-      sleep 0.2; w=$((w + 1))
-    done
-    u1=$(usage_usec "$rcg") s1=$($P samples "$rdir/store") l1=$(lines "$rdir/phases.jsonl")
-    b=$(uptime_s)
-    kill -0 $pid 2>/dev/null || echo "status=failed: the recorder exited during the window" > "$dir/rec.txt"
-    c0=$(uptime_s)
-    kill -TERM $pid 2>/dev/null || true
-    w=0
-    while kill -0 $pid 2>/dev/null && [ $w -lt 300 ]; do sleep 0.2; w=$((w + 1)); done
-    kill -KILL $pid 2>/dev/null || true
-    wait $pid 2>/dev/null || true
-    [ -f "$dir/rec.txt" ] || echo "status=ok" > "$dir/rec.txt"
-    {
-      echo "cpu_usec=$((u1 - u0))"
-      echo "samples=$((s1 - s0)) samples_before=$s0 samples_after=$s1"
-      echo "warmup_s=$warmup stop_s=$(awk -v a="$c0" -v b="$(uptime_s)" 'BEGIN { print b - a }')"
-      tail -n 5 "$rdir/stderr" | sed 's/^/stderr=/'
-    } >> "$dir/rec.txt"
-    [ ! -f "$rdir/phases.jsonl" ] || sed -n "$((l0 + 1)),${l1}p" "$rdir/phases.jsonl" > "$dir/phases.jsonl"
-    # Empty once its last process is reaped.
-    w=0
-    while ! rmdir "$rcg" 2>/dev/null && [ $w -lt 50 ]; do sleep 0.1; w=$((w + 1)); done
+    # would otherwise be billed to the ones before it).
+    if waitfor_sample "$rdir" $pid "$(nsamples "$rdir")"; then
+      u1=$(usage_usec "$rcg") s1=$(nsamples "$rdir") l1=$(lines "$rdir/phases.jsonl")
+      {
+        echo "status=ok"
+        echo "cpu_usec=$((u1 - u0)) window_s=$(since "$a") warmup_s=$warmup"
+        echo "samples=$((s1 - s0)) samples_before=$s0 samples_after=$s1"
+      } > "$dir/rec.txt"
+      if [ -f "$rdir/phases.jsonl" ]; then
+        sed -n "$((l0 + 1)),${l1}p" "$rdir/phases.jsonl" > "$dir/phases.jsonl"
+        # The warm-up's: what the first sample costs.
+        head -n "$l0" "$rdir/phases.jsonl" > "$dir/phases-warmup.jsonl"
+      fi
+    else
+      echo "status=failed: no sample after the window (exited, or none in 10 min)" > "$dir/rec.txt"
+    fi
   else
-    echo "status=ok" > "$dir/rec.txt"
+    echo "status=failed: no first sample after $(since "$c0") s" > "$dir/rec.txt"
   fi
-  echo "window_s=$(awk -v a="$a" -v b="$b" 'BEGIN { print b - a }')" >> "$dir/rec.txt"
+  tail -n 5 "$rdir/stderr" | sed 's/^/stderr=/' >> "$dir/rec.txt"
+  # Its store goes with it: no need to let it finish a sample.
+  kill -KILL $pid 2>/dev/null || true
+  wait $pid 2>/dev/null || true
+  _w=0
+  while ! rmdir "$rcg" 2>/dev/null && [ $_w -lt 50 ]; do sleep 0.1; _w=$((_w + 1)); done
   rm -rf "$rdir"
-  echo "fleet: $(uptime_s) s: round $r $key: $(cat "$dir/probe.txt") $(cat "$dir/work.txt") $(grep -E '^(status|cpu_usec|samples|warmup_s|window_s)=' "$dir/rec.txt" | tr '\n' ' ')"
+  echo "fleet: $(uptime_s) s: $key: $(grep -E '^(status|cpu_usec|samples)=' "$dir/rec.txt" | tr '\n' ' ')"
 }
 
-# (cell's variables are global: the loops use their own names)
-nkeys=$# round=1
-while [ $round -le "$ROUNDS" ]; do
-  # Rotate the order by round: no recorder always runs on a fresher tree.
-  ki=0
-  while [ $ki -lt $nkeys ]; do
-    eval "k=\${$(( (ki + round - 1) % nkeys + 1 ))}"
-    # shellcheck disable=SC2154 # set by eval
-    cell $round "$k"
-    ki=$((ki + 1))
-  done
-  round=$((round + 1))
+for key in "$@"; do
+  recorder "$key"
 done
 kill -TERM $churn_pid
 wait $churn_pid || true

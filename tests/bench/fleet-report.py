@@ -82,94 +82,95 @@ def main():
 
     problems = []
     print(f"Reproduce: `{command}`\n")
-    setups, cells = {}, {}
+    setups, rounds, recs = {}, {}, {}
     for n in vcpus:
         d = out_dir / f"v{n}" / "fleet"
         setups[n] = {**kv(d / "setup.txt"), **kv(out_dir / f"v{n}" / "host.txt")}
         for r in sorted(d.glob("r*-*")) if d.exists() else []:
             rnd, key = r.name[1:].split("-", 1)
-            rec = kv(r / "rec.txt")
-            c = {**kv(r / "probe.txt"), **kv(r / "work.txt"), **rec}
-            c.update(phases(r / "phases.jsonl"))
-            cells.setdefault((n, key), {})[int(rnd)] = c
+            c = {**kv(r / "probe.txt"), **kv(r / "work.txt"), **kv(r / "tree.txt")}
+            rounds.setdefault((n, key), {})[int(rnd)] = c
+        for key in labels:
+            rec = kv(d / key / "rec.txt")
+            rec.update(phases(d / key / "phases.jsonl"))
+            recs[(n, key)] = rec
+
+    def cpu_per_sample(rec):
+        if num(rec.get("samples")) and num(rec.get("cpu_usec")) is not None:
+            return num(rec["cpu_usec"]) / 1e3 / num(rec["samples"])
+        return None
+
+    def fmt(v, f="{:.1f}"):
+        return "–" if v is None else f.format(v)
 
     print("### Setup (TCG, one QEMU thread for all vCPUs)\n")
-    print("| vCPUs | boot s | tree s | processes s | cgroups | processes | tasks | guest MiB used | churn cycles (slowest ms) | whole VM s |")
-    print("| --: | --: | --: | --: | --: | --: | --: | --: | --: | --: |")
+    print("| vCPUs | boot s | tree s | processes s | cgroups | processes | tasks | guest MiB used "
+          "| churn cycles (slowest ms) | cgroups at end | whole VM s |")
+    print("| --: | --: | --: | --: | --: | --: | --: | --: | --: | --: | --: |")
     for n in vcpus:
         s = setups[n]
-        print(f"| {n} | {s.get('boot_s', '–')} | {s.get('tree_s', '–')} | {s.get('procs_s', '–')} "
-              f"| {s.get('cgroups', '–')} | {s.get('processes', '–')} | {s.get('tasks', '–')} "
-              f"| {s.get('mem_used_mib', '–')} | {s.get('churn_cycles', '–')} ({s.get('churn_max_ms', '–')}) "
-              f"| {s.get('host_s', '–')} |")
+        g = lambda k: s.get(k, "–")
+        print(f"| {n} | {g('boot_s')} | {g('tree_s')} | {g('procs_s')} | {g('cgroups')} | {g('processes')} "
+              f"| {g('tasks')} | {g('mem_used_mib')} | {g('churn_cycles')} ({g('churn_max_ms')}) "
+              f"| {g('cgroups_at_end')} | {g('host_s')} |")
     print()
 
     for n in vcpus:
         print(f"### {n} vCPUs: the workload's view\n")
-        print("Prober: mkdir, attach, detach, rmdir every 10 ms, ms per cycle. Throughput: ops/s of "
-              "the workers, and per round against that round's no-recorder run. Recorder CPU: its "
-              "cgroup's usage_usec over both windows / samples written. Pass: ours' BPF pass per "
-              "sample (--phase-times), mean (slowest).\n")
+        print("Prober: mkdir, attach, detach, rmdir every 10 ms, ms per cycle; missed: 10 ms ticks "
+              "skipped because a cycle overran. Throughput: the workers' ops/s, and per round "
+              "against the same round without a recorder. Median over rounds (range). Recorder "
+              "CPU: its cgroup's usage_usec from a sample before the first round to one after the "
+              "last / samples in between. Pass: ours' BPF pass per sample (--phase-times), mean "
+              "(slowest).\n")
         print("| recorder | prober p50 ms | prober p99 ms | prober max ms | missed ticks "
               "| throughput ops/s | vs none | recorder CPU ms/sample | samples | pass wall ms | pass CPU ms |")
         print("| --- | --: | --: | --: | --: | --: | --: | --: | --: | --: | --: |")
-        base = cells.get((n, "none"), {})
+        base = rounds.get((n, "none"), {})
         for key, label in labels.items():
             if key in skips:
                 print(f"| {label} | skipped: {skips[key]} |||||||||| ")
                 continue
-            rounds = cells.get((n, key), {})
-            bad = [c.get("status") for c in rounds.values() if not c.get("status", "").startswith("ok")]
-            problems += [f"{n} vCPUs, {key}: {b}" for b in bad] or ([] if rounds else [f"{n} vCPUs, {key}: no results"])
-            if not rounds or len(bad) == len(rounds):
-                why = bad[0] if bad else "no results"
-                print(f"| {label} | {why} |||||||||| ")
+            rec, rs = recs[(n, key)], rounds.get((n, key), {})
+            status = rec.get("status", "no results")
+            if not status.startswith("ok"):
+                problems.append(f"{n} vCPUs, {key}: {status}")
+                print(f"| {label} | {status} |||||||||| ")
                 continue
-            ok = {r: c for r, c in rounds.items() if c.get("status", "").startswith("ok")}
-            for r, c in ok.items():
+            for r, c in rs.items():
                 if not num(c.get("cycles")) or not num(c.get("ops_s")):
                     problems.append(f"{n} vCPUs, {key}, round {r}: no prober cycles or no throughput")
-                if key != "none" and not num(c.get("samples")):
-                    problems.append(f"{n} vCPUs, {key}, round {r}: no samples in the window")
-                if key == "bpf" and not c["pass_wall"]:
-                    problems.append(f"{n} vCPUs, {key}, round {r}: no BPF pass in --phase-times")
-            col = lambda k: [num(c.get(k)) for c in ok.values()]
-            ratio = [num(c.get("ops_s")) / num(base[r]["ops_s"]) for r, c in ok.items()
+            if key != "none" and not num(rec.get("samples")):
+                problems.append(f"{n} vCPUs, {key}: no samples in the window")
+            if key == "bpf" and not rec["pass_wall"]:
+                problems.append(f"{n} vCPUs, {key}: no BPF pass in --phase-times")
+            col = lambda k: [num(c.get(k)) for c in rs.values()]
+            ratio = [num(c.get("ops_s")) / num(base[r]["ops_s"]) for r, c in rs.items()
                      if r in base and num(base[r].get("ops_s")) and num(c.get("ops_s"))]
-            cpu = [num(c["cpu_usec"]) / 1e3 / num(c["samples"]) for c in ok.values()
-                   if num(c.get("samples")) and num(c.get("cpu_usec")) is not None]
-            samples = [num(c.get("samples")) for c in ok.values()]
-            pw = [mean(c["pass_wall"]) for c in ok.values()]
-            pmax = max((max(c["pass_wall"]) for c in ok.values() if c["pass_wall"]), default=None)
-            pc = [mean(c["pass_cpu"]) for c in ok.values()]
-            pass_wall = spread(pw, "{:.2f}")
-            if pmax is not None:
-                pass_wall += f" ({pmax:.1f})"
-            note = f" ({len(bad)} round(s) failed: {bad[0]})" if bad else ""
-            print(f"| {label}{note} | {spread(col('p50_ms'), '{:.2f}')} | {spread(col('p99_ms'))} "
+            pass_wall = fmt(mean(rec["pass_wall"]), "{:.2f}")
+            if rec["pass_wall"]:
+                pass_wall += f" ({max(rec['pass_wall']):.1f})"
+            none = key == "none"
+            print(f"| {label} | {spread(col('p50_ms'), '{:.2f}')} | {spread(col('p99_ms'))} "
                   f"| {spread(col('max_ms'))} | {spread(col('missed_ticks'), '{:.0f}')} "
-                  f"| {spread(col('ops_s'), '{:.0f}')} | {spread(ratio, '{:.3f}') if key != 'none' else '1'} "
-                  f"| {spread(cpu, '{:.1f}') if key != 'none' else '–'} "
-                  f"| {spread(samples, '{:.0f}') if key != 'none' else '–'} | {pass_wall} | {spread(pc, '{:.2f}')} |")
+                  f"| {spread(col('ops_s'), '{:.0f}')} | {'1' if none else spread(ratio, '{:.3f}')} "
+                  f"| {'–' if none else fmt(cpu_per_sample(rec))} | {'–' if none else rec.get('samples', '–')} "
+                  f"| {pass_wall} | {fmt(mean(rec['pass_cpu']), '{:.2f}')} |")
         print()
 
     print("### The recorder's view: CPU per sample (its cgroup's usage_usec / samples), ms\n")
     keys = [k for k in labels if k != "none"]
-    print("| vCPUs | " + " | ".join(labels[k] for k in keys) + " | ours BPF: pass wall | pass CPU | ours BPF / below 0.9 |")
+    print("| vCPUs | " + " | ".join(labels[k] for k in keys)
+          + " | ours BPF: pass wall ms | pass CPU ms | ours BPF / below 0.9 |")
     print("| --: | " + " | ".join("--:" for _ in keys) + " | --: | --: | --: |")
     for n in vcpus:
-        row, per = [], {}
-        for k in keys:
-            ok = [c for c in cells.get((n, k), {}).values() if c.get("status", "").startswith("ok")]
-            cpu = [num(c["cpu_usec"]) / 1e3 / num(c["samples"]) for c in ok
-                   if num(c.get("samples")) and num(c.get("cpu_usec")) is not None]
-            per[k] = statistics.median(cpu) if cpu else None
-            row.append(spread(cpu) if k not in skips else "skipped")
-        ok = [c for c in cells.get((n, "bpf"), {}).values() if c.get("status", "").startswith("ok")]
-        pw = spread([mean(c["pass_wall"]) for c in ok], "{:.2f}")
-        pc = spread([mean(c["pass_cpu"]) for c in ok], "{:.2f}")
+        per = {k: cpu_per_sample(recs[(n, k)]) for k in keys}
+        row = ["skipped" if k in skips else f"{fmt(per[k])} ({recs[(n, k)].get('samples', '–')} samples)"
+               if per[k] is not None else "–" for k in keys]
+        b = recs[(n, "bpf")] if (n, "bpf") in recs else {"pass_wall": [], "pass_cpu": []}
         rel = f"{per['bpf'] / per['below09']:.3f}" if per.get("bpf") and per.get("below09") else "–"
-        print(f"| {n} | " + " | ".join(row) + f" | {pw} | {pc} | {rel} |")
+        print(f"| {n} | " + " | ".join(row) + f" | {fmt(mean(b['pass_wall']), '{:.2f}')} "
+              f"| {fmt(mean(b['pass_cpu']), '{:.2f}')} | {rel} |")
     print()
     for p in problems:
         print(f"[bench] fleet: {p}", file=sys.stderr)
