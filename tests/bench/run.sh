@@ -3,7 +3,7 @@
 #                           [--kernels "debian-7.3 patched"]
 #                           [--out DIR] [-- cgroup-bench ARGS...]
 #        tests/bench/run.sh --fleet | --fleet-smoke [--vcpus 2,16,64] [--cgroups 5000]
-#                           [--procs 2000] [--rounds 3] [--window 20] [--workers 2]
+#                           [--procs 2000] [--rounds 3] [--window 5] [--workers 2]
 #                           [--kernels debian-7.3] [--out DIR]
 # Builds release cgroup-bench and below, boots each kernel under QEMU (TCG,
 # tests/vm/run.sh), runs the benchmark in the guest and prints its markdown
@@ -75,7 +75,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 cd "$REPO_ROOT"
 
 smoke=0 mode=all kernels='' out=target/bench
-fleet_vcpus=2,16,64 fleet_cgroups=5000 fleet_procs=2000 fleet_rounds=3 fleet_window=20 fleet_workers=2
+fleet_vcpus=2,16,64 fleet_cgroups=5000 fleet_procs=2000 fleet_rounds=3 fleet_window=5 fleet_workers=2
 fleet_opts=()
 while [ $# -gt 0 ]; do
   case "$1" in
