@@ -26,19 +26,23 @@
 # bury the prober's latency under the workers'. The recorder's cgroup
 # usage_usec and its samples are read from a sample written before the
 # first round to one written after the last. One recorder run for all
-# rounds, not one per round: under TCG at 5,000 cgroups below 0.9 and
-# below main take ~50 s per sample, and a start per round would double
-# the run.
+# rounds, not one per round: under TCG at 5,000 cgroups a recorder's
+# first sample takes 50-200 s and later ones up to ~100 s, and a start
+# per round would double the run.
 #
 # Results under /out/fleet (key=value lines): setup.txt (times and counts);
 # per round rN-KEY/ with probe.txt, work.txt and tree.txt (dying cgroups);
 # per recorder KEY/rec.txt and, from ours, KEY/phases.jsonl (the
 # --phase-times records of the window).
 #
-# Times under TCG on a 2-core host (debian-7.3, 5,000 cgroups, 2,000
-# processes): boot to this script 6 s at 2 vCPUs, 11 s at 16, 27 s at 64
-# (--numa from 16); the tree 15-30 s, the processes 10-20 s (setup.txt
-# has each run's).
+# Times under TCG on a shared 2-core host (debian-7.3, 5,000 cgroups,
+# 2,000 processes; setup.txt has each run's): boot to this script 5 s at
+# 2 vCPUs, 10 s at 16, 28-36 s at 64 (--numa from 16); the tree 6 s,
+# 17 s, 25-46 s; the processes 10 s, 26 s, 20-31 s. The first sample (the warm-up):
+# below 0.9 50-75 s, below main 50-60 s, ours 110-200 s; later samples
+# take up to ~100 s, ours' mostly in its process collector (it rescans
+# the cgroup tree for every cgroup id it has not seen, and the churn
+# makes new ones all the time).
 set -eu
 NCG=$1 NPROCS=$2 ROUNDS=$3 WINDOW=$4 WORKERS=$5
 shift 5

@@ -63,9 +63,12 @@
 #             sample from its cgroup and ours' BPF pass from --phase-times.
 #             Prints tables with the command that reproduces them
 #             (DIR/fleet.md). A BELOW_BIN from the environment is measured
-#             as ours and nothing is built. Defaults: ~40 min.
+#             as ours and nothing is built. Defaults: 46 min on a shared
+#             2-core host (1000 s at 2 vCPUs, 877 at 16, 858 at 64), most
+#             of it the recorders' first and slow samples (see the top of
+#             fleet-guest.sh): hence 5 s windows, not 20.
 #   --fleet-smoke  the same at 16 vCPUs, 500 cgroups, 200 processes, 1
-#             round, 5 s windows (~5 min): checks that it runs.
+#             round, 5 s windows (~3 min): checks that it runs.
 #   -- ARGS   cgroup-bench arguments replacing the default set below (the
 #             binaries are in the guest as /bin/below, /bin/below09).
 # Commas are cgroup-bench's list syntax; backticks in printf are markdown.
