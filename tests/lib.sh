@@ -59,7 +59,10 @@ install_pkgs() {
 
 # ---- release binaries -----------------------------------------------------------
 TARGET_DIR=${CARGO_TARGET_DIR:-$REPO_ROOT/target}
-BELOW_BIN=$TARGET_DIR/release/below
+# A BELOW_BIN from the environment is used instead of ours (another
+# worktree's build, say); build_release still builds ours.
+BELOW_BIN_FROM_ENV=${BELOW_BIN:+1}
+BELOW_BIN=${BELOW_BIN:-$TARGET_DIR/release/below}
 CHECK_BIN=$TARGET_DIR/release/bstats-check
 BENCH_BIN=$TARGET_DIR/release/cgroup-bench
 

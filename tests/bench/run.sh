@@ -2,6 +2,9 @@
 # Usage: tests/bench/run.sh [--smoke | --service | --bill | --ratios | --top | --upstream | --soak | --scrape | --maps]
 #                           [--kernels "debian-7.3 patched"]
 #                           [--out DIR] [-- cgroup-bench ARGS...]
+#        tests/bench/run.sh --fleet | --fleet-smoke [--vcpus 2,16,64] [--cgroups 5000]
+#                           [--procs 2000] [--rounds 3] [--window 5] [--workers 2]
+#                           [--kernels debian-7.3] [--out DIR]
 # Builds release cgroup-bench and below, boots each kernel under QEMU (TCG,
 # tests/vm/run.sh), runs the benchmark in the guest and prints its markdown
 # tables. Results: DIR/<kernel>[-bill|-soak]/bench.{md,json} (DIR defaults
@@ -49,6 +52,23 @@
 #             1,000 and 5,000 cgroups (tests/bench/maps-guest.sh; ~10 min).
 #             $MAPS_BEFORE_SERIES_BIN / $MAPS_BEFORE_OURS_BIN add rows for
 #             builds to compare against (e.g. before a change).
+#   --fleet   a fleet host's view (tests/bench/fleet-guest.sh): per vCPU
+#             count (--numa from 16) one guest with --cgroups cgroups
+#             shaped by systemd, --procs sleeping processes and container
+#             churn; per recorder (none, below 0.9, below main
+#             enable_cgroup_bpf, ours BPF, ours plain read; `record -i 1`,
+#             exitstats off) and round: a prober's mkdir/attach/detach/
+#             rmdir latency every 10 ms for --window s, then --workers
+#             throughput workers for --window s, the recorder's CPU per
+#             sample from its cgroup and ours' BPF pass from --phase-times.
+#             Prints tables with the command that reproduces them
+#             (DIR/fleet.md). A BELOW_BIN from the environment is measured
+#             as ours and nothing is built. Defaults: 46 min on a shared
+#             2-core host (1000 s at 2 vCPUs, 877 at 16, 858 at 64), most
+#             of it the recorders' first and slow samples (see the top of
+#             fleet-guest.sh): hence 5 s windows, not 20.
+#   --fleet-smoke  the same at 16 vCPUs, 500 cgroups, 200 processes, 1
+#             round, 5 s windows (~3 min): checks that it runs.
 #   -- ARGS   cgroup-bench arguments replacing the default set below (the
 #             binaries are in the guest as /bin/below, /bin/below09).
 # Commas are cgroup-bench's list syntax; backticks in printf are markdown.
@@ -58,9 +78,20 @@ source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 cd "$REPO_ROOT"
 
 smoke=0 mode=all kernels='' out=target/bench
+fleet_vcpus=2,16,64 fleet_cgroups=5000 fleet_procs=2000 fleet_rounds=3 fleet_window=5 fleet_workers=2
+fleet_opts=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --smoke) smoke=1; shift ;;
+    --fleet) mode=fleet; shift ;;
+    --fleet-smoke) mode=fleet
+      fleet_vcpus=16 fleet_cgroups=500 fleet_procs=200 fleet_rounds=1 fleet_window=5; shift ;;
+    --vcpus) fleet_vcpus=$2; fleet_opts+=("$1"); shift 2 ;;
+    --cgroups) fleet_cgroups=$2; fleet_opts+=("$1"); shift 2 ;;
+    --procs) fleet_procs=$2; fleet_opts+=("$1"); shift 2 ;;
+    --rounds) fleet_rounds=$2; fleet_opts+=("$1"); shift 2 ;;
+    --window) fleet_window=$2; fleet_opts+=("$1"); shift 2 ;;
+    --workers) fleet_workers=$2; fleet_opts+=("$1"); shift 2 ;;
     --bill) mode=bill; shift ;;
     --service) mode=service; shift ;;
     --upstream) mode=upstream; shift ;;
@@ -77,25 +108,33 @@ while [ $# -gt 0 ]; do
 done
 
 [ $smoke = 0 ] || [ $mode = all ] || die "--smoke runs every section: no --$mode"
+[ ${#fleet_opts[@]} = 0 ] || [ $mode = fleet ] || die "${fleet_opts[0]} is an option of --fleet"
 [ -n "$kernels" ] || kernels=$([ $mode = all ] && echo "debian-7.3 patched" || echo debian-7.3)
 
 log "building below 0.9.0 from crates.io (cached after the first time)"
 below09=$(tests/reference/below09.sh | tail -n1)
-adds=(--add "$BENCH_BIN:/bin/cgroup-bench" --add "$BELOW_BIN:/bin/below"
-      --add "$below09:/bin/below09")
 # A host-like guest: Debian's programs that below 0.9 runs each sample
 # (lsb_release is a dash script running getopt, cut and tr), from this
 # machine's packages; host-like.sh puts them on PATH.
 install_pkgs lsb-release dash coreutils util-linux libc-bin
+host_adds=()
 for b in lsb_release dash getopt cut tr getconf; do
-  adds+=(--add "$(command -v $b):/opt/debian/bin/$b")
+  host_adds+=(--add "$(command -v $b):/opt/debian/bin/$b")
 done
-adds+=(--add /usr/lib/os-release:/usr/lib/os-release --add tests/bench/host-like.sh:/host-like.sh
+host_adds+=(--add /usr/lib/os-release:/usr/lib/os-release --add tests/bench/host-like.sh:/host-like.sh
        --add tests/vm/guest-lib.sh:/guest-lib.sh)
+adds=(--add "$BENCH_BIN:/bin/cgroup-bench" --add "$BELOW_BIN:/bin/below"
+      --add "$below09:/bin/below09" "${host_adds[@]}")
 recorder_args=(--below /bin/below --below09 /bin/below09)
-if [[ $mode = bill || $mode = upstream || $mode = ratios || $mode = service || $mode = maps ]] && [ -z "${BELOW_MAIN_BIN:-}" ]; then
+main_skip=
+if [[ $mode = bill || $mode = upstream || $mode = ratios || $mode = service || $mode = maps || $mode = fleet ]] && [ -z "${BELOW_MAIN_BIN:-}" ]; then
   # below main's rows when its pinned tarball is here (built once, cached).
-  BELOW_MAIN_BIN=$(tests/upstream/binaries.sh stock | tail -n1) || BELOW_MAIN_BIN=
+  mkdir -p "$out"
+  BELOW_MAIN_BIN=$(tests/upstream/binaries.sh stock 2>"$out/below-main.log" | tail -n1) || {
+    BELOW_MAIN_BIN=
+    main_skip="tests/upstream/binaries.sh stock failed: $(grep -v '^\s*$' "$out/below-main.log" | tail -n1)"
+    log "below main: $main_skip"
+  }
 fi
 if [[ $mode = bill || $mode = upstream || $mode = maps ]] && [ -n "${BELOW_MAIN_BIN:-}" ] && [ -z "${BELOW_MAIN_SERIES_BIN:-}" ]; then
   BELOW_MAIN_SERIES_BIN=$(tests/upstream/binaries.sh patched | tail -n1) || BELOW_MAIN_SERIES_BIN=
@@ -147,6 +186,8 @@ elif [ $mode = upstream ]; then
   vm_timeout=3600 mem=4G suffix=-upstream
 elif [ $mode = scrape ]; then
   vm_timeout=900 suffix=-scrape
+elif [ $mode = fleet ]; then
+  : # sized per vCPU count in bench_fleet
 elif [ $mode = maps ]; then
   [ -n "${BELOW_MAIN_SERIES_BIN:-}" ] || die "--maps needs below main (tests/upstream/binaries.sh)"
   vm_timeout=1800 suffix=-maps
@@ -164,7 +205,12 @@ else
 fi
 [ $# -eq 0 ] || args=("$@")
 
-build_release || die "build failed"
+if [ $mode = fleet ] && [ -n "$BELOW_BIN_FROM_ENV" ]; then
+  [ -x "$BELOW_BIN" ] || die "BELOW_BIN=$BELOW_BIN is not an executable"
+  log "ours: BELOW_BIN=$BELOW_BIN (not built here)"
+else
+  build_release || die "build failed"
+fi
 
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
@@ -291,6 +337,64 @@ bench_maps() {
   printf '\n## Kernel %s: BPF map memory\n\nReproduce: `tests/bench/run.sh --maps --kernels %s`\n\n' "$k" "$k"
   tr -d '\r' < "$log" | grep '^|'
 }
+
+# --fleet: one guest per vCPU count, one after the other (one QEMU at a
+# time), then the report over all of them.
+bench_fleet() {
+  local k=$1 img n mem timeout_s keys=(none below09 main-bpf bpf read) cmd t0 d=$out/fleet-$1
+  if ! img=$(tests/vm/kernel.sh "$k" 2>"$out/kernel-$k.log" | tail -n1) || [ ! -f "$img" ]; then
+    log "SKIP $k: kernel not available: $(grep -v '^\s*$' "$out/kernel-$k.log" | tail -n1)"
+    return 0
+  fi
+  rm -rf "$d"
+  mkdir -p "$d"
+  gcc -static -O2 -Wall -pthread -o "$d/fleet-probe" tests/bench/fleet-probe.c || return 1
+  local fadds=(--add "$d/fleet-probe:/fleet-probe" --add tests/bench/fleet-guest.sh:/fleet-guest.sh
+               --add "$BELOW_BIN:/bin/below" --add "$below09:/bin/below09" "${host_adds[@]}")
+  [ -z "${BELOW_MAIN_BIN:-}" ] || fadds+=(--add "$BELOW_MAIN_BIN:/bin/below-main")
+  for n in ${fleet_vcpus//,/ }; do
+    # Kernel memory grows with CPUs (per-CPU stats of every memcg).
+    mem=$((3072 + 80 * n))M
+    timeout_s=$((900 + fleet_rounds * ${#keys[@]} * (2 * fleet_window + 150)))
+    local numa=()
+    [ "$n" -lt 16 ] || numa=(--numa)
+    cmd=(sh /host-like.sh sh /fleet-guest.sh "$fleet_cgroups" "$fleet_procs" "$fleet_rounds"
+         "$fleet_window" "$fleet_workers" "${keys[@]}")
+    log "$k, $n vCPUs: ${cmd[*]}"
+    t0=$SECONDS
+    if ! tests/vm/run.sh --kernel "$img" --smp "$n" "${numa[@]}" --mem "$mem" --timeout "$timeout_s" \
+        --out "$d/v$n" "${fadds[@]}" -- "${cmd[@]}" >"$d/console-v$n.log" 2>&1; then
+      log "console: $d/console-v$n.log:"
+      tail -n 30 "$d/console-v$n.log" | tr -d '\r' >&2
+      return 1
+    fi
+    echo "host_s=$((SECONDS - t0))" >"$d/v$n/host.txt"
+    log "$n vCPUs: $((SECONDS - t0)) s"
+  done
+  local repro=("tests/bench/run.sh" --fleet --vcpus "$fleet_vcpus" --cgroups "$fleet_cgroups"
+               --procs "$fleet_procs" --rounds "$fleet_rounds" --window "$fleet_window"
+               --workers "$fleet_workers" --kernels "$k")
+  local env_note=
+  [ -z "$BELOW_BIN_FROM_ENV" ] || env_note="BELOW_BIN=$BELOW_BIN "
+  local skip=()
+  [ -n "${BELOW_MAIN_BIN:-}" ] || skip=(--skip "main-bpf=${main_skip:-BELOW_MAIN_BIN not built}")
+  {
+    printf '\n## Kernel %s: the fleet guest (%s cgroups, %s processes, %s round(s), %s s windows, %s workers)\n\n' \
+      "$k" "$fleet_cgroups" "$fleet_procs" "$fleet_rounds" "$fleet_window" "$fleet_workers"
+    python3 tests/bench/fleet-report.py "$d" "$env_note${repro[*]}" "$fleet_vcpus" \
+      none="no recorder" below09="below 0.9" main-bpf="below main, enable_cgroup_bpf" \
+      bpf="ours, BPF" read="ours, plain read" "${skip[@]}"
+  } >"$d/fleet.md" || return 1
+  cat "$d/fleet.md"
+}
+
+if [ $mode = fleet ]; then
+  for k in $kernels; do
+    check "fleet $k" bench_fleet "$k"
+  done
+  tally_summary
+  exit
+fi
 
 for k in $kernels; do
   check "bench $k" bench_kernel "$k"
