@@ -15,7 +15,7 @@
 # The benchmark's own cgroups (bench.slice, probe.slice, work.slice) are
 # outside the NCG.
 #
-# Per recorder KEY in turn (none, below09, main-bpf, bpf, read; a key whose
+# Per recorder KEY in turn (none, below09, main-bpf, bpf, bpf-locked, read; a key whose
 # binary is absent is written as skipped): the recorder in its own cgroup
 # (bench.slice/KEY), `record -i 1` with exitstats off, one sample of
 # warm-up, then ROUNDS rounds back to back of the workload's view: the
@@ -176,6 +176,8 @@ recorder() {
     below09) bin=/bin/below09 ;;
     main-bpf) bin=/bin/below-main; echo "enable_cgroup_bpf = true" > "$rdir/extra.conf" ;;
     bpf|read) bin=/bin/below; args="--cgroup-backend $key" ;;
+    # The pass as a cgroup iterator under cgroup_mutex, on this same kernel.
+    bpf-locked) bin=/bin/below; args="--cgroup-backend bpf"; export BSTATS_BPF_WALK=locked ;;
     *) echo "status=failed: unknown recorder $key" > "$dir/rec.txt"; return 0 ;;
   esac
   if [ ! -x "$bin" ]; then
@@ -226,10 +228,13 @@ recorder() {
   else
     echo "status=failed: no first sample after $(since "$c0") s" > "$dir/rec.txt"
   fi
+  # Which walk ours' pass ran (the plan it logs at start).
+  grep -m1 -o 'the pass [a-z_ ]*' "$rdir/stderr" | sed 's/^/walk=/' >> "$dir/rec.txt" || true
   tail -n 5 "$rdir/stderr" | sed 's/^/stderr=/' >> "$dir/rec.txt"
   # Its store goes with it: no need to let it finish a sample.
   kill -KILL $pid 2>/dev/null || true
   wait $pid 2>/dev/null || true
+  unset BSTATS_BPF_WALK
   _w=0
   while ! rmdir "$rcg" 2>/dev/null && [ $_w -lt 50 ]; do sleep 0.1; _w=$((_w + 1)); done
   rm -rf "$rdir"

@@ -4,6 +4,7 @@
 #                           [--out DIR] [-- cgroup-bench ARGS...]
 #        tests/bench/run.sh --fleet | --fleet-smoke [--vcpus 2,16,64] [--cgroups 5000]
 #                           [--procs 2000] [--rounds 3] [--window 5] [--workers 2]
+#                           [--recorders none,below09,main-bpf,bpf,bpf-locked,read]
 #                           [--kernels debian-7.3] [--out DIR]
 # Builds release cgroup-bench and below, boots each kernel under QEMU (TCG,
 # tests/vm/run.sh), runs the benchmark in the guest and prints its markdown
@@ -56,8 +57,9 @@
 #             count (--numa from 16) one guest with --cgroups cgroups
 #             shaped by systemd, --procs sleeping processes and container
 #             churn; per recorder (none, below 0.9, below main
-#             enable_cgroup_bpf, ours BPF, ours plain read; `record -i 1`,
-#             exitstats off) and round: a prober's mkdir/attach/detach/
+#             enable_cgroup_bpf, ours BPF, ours BPF with the walk under
+#             cgroup_mutex (BSTATS_BPF_WALK=locked), ours plain read;
+#             `record -i 1`, exitstats off) and round: a prober's mkdir/attach/detach/
 #             rmdir latency every 10 ms for --window s, then --workers
 #             throughput workers for --window s, the recorder's CPU per
 #             sample from its cgroup and ours' BPF pass from --phase-times.
@@ -79,6 +81,7 @@ cd "$REPO_ROOT"
 
 smoke=0 mode=all kernels='' out=target/bench
 fleet_vcpus=2,16,64 fleet_cgroups=5000 fleet_procs=2000 fleet_rounds=3 fleet_window=5 fleet_workers=2
+fleet_recorders=none,below09,main-bpf,bpf,bpf-locked,read
 fleet_opts=()
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -92,6 +95,7 @@ while [ $# -gt 0 ]; do
     --rounds) fleet_rounds=$2; fleet_opts+=("$1"); shift 2 ;;
     --window) fleet_window=$2; fleet_opts+=("$1"); shift 2 ;;
     --workers) fleet_workers=$2; fleet_opts+=("$1"); shift 2 ;;
+    --recorders) fleet_recorders=$2; fleet_opts+=("$1"); shift 2 ;;
     --bill) mode=bill; shift ;;
     --service) mode=service; shift ;;
     --upstream) mode=upstream; shift ;;
@@ -341,7 +345,8 @@ bench_maps() {
 # --fleet: one guest per vCPU count, one after the other (one QEMU at a
 # time), then the report over all of them.
 bench_fleet() {
-  local k=$1 img n mem timeout_s keys=(none below09 main-bpf bpf read) cmd t0 d=$out/fleet-$1
+  local k=$1 img n mem timeout_s keys=() cmd t0 d=$out/fleet-$1
+  IFS=, read -ra keys <<<"$fleet_recorders"
   if ! img=$(tests/vm/kernel.sh "$k" 2>"$out/kernel-$k.log" | tail -n1) || [ ! -f "$img" ]; then
     log "SKIP $k: kernel not available: $(grep -v '^\s*$' "$out/kernel-$k.log" | tail -n1)"
     return 0
@@ -373,7 +378,7 @@ bench_fleet() {
   done
   local repro=("tests/bench/run.sh" --fleet --vcpus "$fleet_vcpus" --cgroups "$fleet_cgroups"
                --procs "$fleet_procs" --rounds "$fleet_rounds" --window "$fleet_window"
-               --workers "$fleet_workers" --kernels "$k")
+               --workers "$fleet_workers" --recorders "$fleet_recorders" --kernels "$k")
   local env_note=
   [ -z "$BELOW_BIN_FROM_ENV" ] || env_note="BELOW_BIN=$BELOW_BIN "
   local skip=()
@@ -383,7 +388,7 @@ bench_fleet() {
       "$k" "$fleet_cgroups" "$fleet_procs" "$fleet_rounds" "$fleet_window" "$fleet_workers"
     python3 tests/bench/fleet-report.py "$d" "$env_note${repro[*]}" "$fleet_vcpus" \
       none="no recorder" below09="below 0.9" main-bpf="below main, enable_cgroup_bpf" \
-      bpf="ours, BPF" read="ours, plain read" "${skip[@]}"
+      bpf="ours, BPF" bpf-locked="ours, BPF, walk under cgroup_mutex" read="ours, plain read" "${skip[@]}"
   } >"$d/fleet.md" || return 1
   cat "$d/fleet.md"
 }

@@ -235,6 +235,7 @@ impl BpfProcesses {
             bail!(why);
         }
         let uptime = uptime_secs();
+        self.cgroups.next_pass();
         let mut map = procfs::PidMap::new();
         let mut seen = HashMap::with_capacity(self.exes.len());
         'procs: for (p, cmd) in &pass.procs {
@@ -286,10 +287,14 @@ impl BpfProcesses {
 }
 
 /// cgroup id (the kernfs id: the directory's inode number) → path below
-/// the cgroup root as /proc/PID/cgroup prints it; rescanned on a new id.
+/// the cgroup root as /proc/PID/cgroup prints it; rescanned on a new id,
+/// at most once per pass: under container churn a process's cgroup may be
+/// gone (or made) since the scan, and a rescan per such process would walk
+/// the whole tree again for each (the caller reads /proc/PID/cgroup).
 struct CgroupPaths {
     root: PathBuf,
     paths: HashMap<u64, String>,
+    scanned: bool,
 }
 
 impl CgroupPaths {
@@ -297,13 +302,20 @@ impl CgroupPaths {
         CgroupPaths {
             root: root.to_owned(),
             paths: HashMap::new(),
+            scanned: false,
         }
     }
 
+    /// A new pass may rescan again.
+    fn next_pass(&mut self) {
+        self.scanned = false;
+    }
+
     fn path(&mut self, id: u64) -> Option<String> {
-        if !self.paths.contains_key(&id) {
+        if !self.paths.contains_key(&id) && !self.scanned {
             self.paths.clear();
             scan(&self.root, "", &mut self.paths);
+            self.scanned = true;
         }
         self.paths.get(&id).cloned()
     }
@@ -356,6 +368,24 @@ mod test {
         let why = missing(all | task_fact::FACT_RSS_PERCPU.0).unwrap();
         assert!(why.contains("per-CPU offsets"), "{why}");
         assert!(!why.contains("task_struct"), "{why}");
+    }
+
+    /// A directory tree stands for the cgroup tree: a cgroup made since the
+    /// pass's scan is found from the next pass on, not by a rescan per id.
+    #[test]
+    fn cgroup_paths_rescan_once_per_pass() {
+        use std::os::unix::fs::MetadataExt;
+        let root = tempfile::tempdir().unwrap();
+        let ino = |rel: &str| std::fs::metadata(root.path().join(rel)).unwrap().ino();
+        std::fs::create_dir(root.path().join("a")).unwrap();
+        let mut paths = CgroupPaths::new(root.path());
+        paths.next_pass();
+        assert_eq!(paths.path(ino("a")).as_deref(), Some("/a"));
+        std::fs::create_dir(root.path().join("b")).unwrap();
+        assert_eq!(paths.path(ino("b")), None, "rescanned within the pass");
+        paths.next_pass();
+        assert_eq!(paths.path(ino("b")).as_deref(), Some("/b"));
+        assert_eq!(paths.path(ino("a")).as_deref(), Some("/a"));
     }
 
     #[test]

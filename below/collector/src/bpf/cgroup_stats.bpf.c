@@ -104,10 +104,20 @@ extern struct cgroup *bpf_cgroup_from_id(__u64 cgid) __ksym __weak;
 extern void bpf_cgroup_release(struct cgroup *cgrp) __ksym __weak;
 extern void bpf_rcu_read_lock(void) __ksym __weak;
 extern void bpf_rcu_read_unlock(void) __ksym __weak;
-extern int bpf_iter_css_new(struct bpf_iter_css *it, struct cgroup_subsys_state *start,
+/* The css iterator's state (struct bpf_iter_css, 6.7), declared here: a
+ * vmlinux.h from an older kernel has none. The kernel checks it by its own
+ * BTF; libbpf matches the flavor. */
+struct bpf_iter_css___local {
+	__u64 opaque[3];
+} __attribute__((aligned(8)));
+extern int bpf_iter_css_new(struct bpf_iter_css___local *it, struct cgroup_subsys_state *start,
 			    unsigned int flags) __ksym __weak;
-extern struct cgroup_subsys_state *bpf_iter_css_next(struct bpf_iter_css *it) __ksym __weak;
-extern void bpf_iter_css_destroy(struct bpf_iter_css *it) __ksym __weak;
+extern struct cgroup_subsys_state *bpf_iter_css_next(struct bpf_iter_css___local *it) __ksym __weak;
+extern void bpf_iter_css_destroy(struct bpf_iter_css___local *it) __ksym __weak;
+/* uapi's BPF_CGROUP_ITER_DESCENDANTS_PRE and cgroup-defs.h's CSS_ONLINE,
+ * which an older vmlinux.h may lack. */
+#define WALK_DESCENDANTS_PRE 2
+#define CSS_IS_ONLINE (1 << 1)
 
 /* Every controller of the list, as a flavor of the kernel's enum: CO-RE
  * tells which ones this kernel has (ids and presence depend on config,
@@ -894,6 +904,7 @@ static __always_inline void fill_record(struct record *r, __u32 idx, struct cgro
 	SEC("iter.s/task")                                                            \
 	int name##_rcu(struct bpf_iter__task *ctx)                                    \
 	{                                                                             \
+		struct bpf_iter_css___local it;                                       \
 		struct cgroup_subsys_state *pos;                                      \
 		struct cgroup *root;                                                  \
                                                                                       \
@@ -907,11 +918,13 @@ static __always_inline void fill_record(struct record *r, __u32 idx, struct cgro
 			return 0;                                                     \
 		flush_at_walk_root(root);                                             \
 		bpf_rcu_read_lock();                                                  \
-		bpf_for_each(css, pos, &root->self, BPF_CGROUP_ITER_DESCENDANTS_PRE) { \
+		bpf_iter_css_new(&it, &root->self, WALK_DESCENDANTS_PRE);             \
+		while ((pos = bpf_iter_css_next(&it))) {                              \
 			/* Dead ones are skipped, as the cgroup iterator does. */     \
-			if (pos->flags & CSS_ONLINE)                                  \
+			if (pos->flags & CSS_IS_ONLINE)                               \
 				VISIT(pos->cgroup, pos);                              \
 		}                                                                     \
+		bpf_iter_css_destroy(&it);                                            \
 		bpf_rcu_read_unlock();                                                \
 		bpf_cgroup_release(root);                                             \
 		return 0;                                                             \
