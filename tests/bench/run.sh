@@ -381,14 +381,24 @@ bench_fleet() {
                --workers "$fleet_workers" --recorders "$fleet_recorders" --kernels "$k")
   local env_note=
   [ -z "$BELOW_BIN_FROM_ENV" ] || env_note="BELOW_BIN=$BELOW_BIN "
-  local skip=()
-  [ -n "${BELOW_MAIN_BIN:-}" ] || skip=(--skip "main-bpf=${main_skip:-BELOW_MAIN_BIN not built}")
+  local skip=() labels=() key
+  for key in "${keys[@]}"; do
+    case $key in
+      none) labels+=("none=no recorder") ;;
+      below09) labels+=("below09=below 0.9") ;;
+      main-bpf) labels+=("main-bpf=below main, enable_cgroup_bpf")
+        [ -n "${BELOW_MAIN_BIN:-}" ] || skip=(--skip "main-bpf=${main_skip:-BELOW_MAIN_BIN not built}") ;;
+      bpf) labels+=("bpf=ours, BPF") ;;
+      bpf-locked) labels+=("bpf-locked=ours, BPF, walk under cgroup_mutex") ;;
+      read) labels+=("read=ours, plain read") ;;
+      *) labels+=("$key=$key") ;;
+    esac
+  done
   {
     printf '\n## Kernel %s: the fleet guest (%s cgroups, %s processes, %s round(s), %s s windows, %s workers)\n\n' \
       "$k" "$fleet_cgroups" "$fleet_procs" "$fleet_rounds" "$fleet_window" "$fleet_workers"
     python3 tests/bench/fleet-report.py "$d" "$env_note${repro[*]}" "$fleet_vcpus" \
-      none="no recorder" below09="below 0.9" main-bpf="below main, enable_cgroup_bpf" \
-      bpf="ours, BPF" bpf-locked="ours, BPF, walk under cgroup_mutex" read="ours, plain read" "${skip[@]}"
+      "${labels[@]}" "${skip[@]}"
   } >"$d/fleet.md" || return 1
   cat "$d/fleet.md"
 }

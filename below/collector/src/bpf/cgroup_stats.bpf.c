@@ -26,8 +26,10 @@
  *   waits for the whole pass.
  * - `cgroup_stats_rcu`: a sleepable task iterator over one task (the
  *   loader's thread), which only hosts the pass: it flushes outside any
- *   lock, as a read of cpu.stat does, then walks with the css iterator
- *   kfuncs under RCU. No cgroup lock is held; cgroups made or removed
+ *   lock, as a read of cpu.stat does, lists the cgroups' ids with the css
+ *   iterator kfuncs under RCU (briefly: a write to cgroup.procs holding
+ *   cgroup_mutex waits for RCU's grace period), then visits each by id
+ *   holding a reference. No cgroup lock is held; cgroups made or removed
  *   meanwhile are seen or not, as by a reader walking the directories.
  *   Needs bpf_iter_css_new (6.7) and bpf_cgroup_from_id.
  */
@@ -59,6 +61,15 @@ struct {
 	__type(value, struct numa_row);
 	__uint(max_entries, 1);
 } numa SEC(".maps");
+
+/* The walk under RCU's first step: the ids of the cgroups to visit, in
+ * pre-order; sized like `records` by the loader. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, __u64);
+	__uint(max_entries, 1);
+} walk_ids SEC(".maps");
 
 /* Cgroups visited by the last pass, counted past the map's capacity so
  * user space knows how far to grow it. */
@@ -878,12 +889,53 @@ static __always_inline void fill_record(struct record *r, __u32 idx, struct cgro
 	}
 }
 
+/* Cgroups the walk under RCU's first step saw, and put in `walk_ids`.
+ * Globals, not locals: the verifier tracks no values in map memory, so the
+ * loop's steps look alike to it (a counter on the stack would make each
+ * step a new state to explore). */
+__u32 walk_seen;
+__u32 walk_stored;
+
+/* The walk under RCU's first step, short so that RCU's grace periods are
+ * not held up (a write to cgroup.procs waits for one while it holds
+ * cgroup_mutex): the live cgroups under `root`, in pre-order, into
+ * `walk_ids`. */
+static __always_inline void list_cgroups(struct cgroup *root)
+{
+	struct bpf_iter_css___local it;
+	struct cgroup_subsys_state *pos;
+
+	walk_seen = walk_stored = 0;
+	bpf_rcu_read_lock();
+	bpf_iter_css_new(&it, &root->self, WALK_DESCENDANTS_PRE);
+	while ((pos = bpf_iter_css_next(&it))) {
+		__u32 n = walk_seen;
+		__u64 *slot;
+
+		/* Dead ones are skipped, as the cgroup iterator does. */
+		if (!(pos->flags & CSS_IS_ONLINE))
+			continue;
+		walk_seen = n + 1;
+		slot = bpf_map_lookup_elem(&walk_ids, &n);
+		if (!slot)
+			continue;
+		*slot = BPF_CORE_READ(pos, cgroup, kn, id);
+		walk_stored++;
+	}
+	bpf_iter_css_destroy(&it);
+	bpf_rcu_read_unlock();
+}
+
 /* A pass program in both forms (see the top of this file): `name` and
  * `name##_rcu`. START() runs before the walk root's flush; VISIT(cgrp,
  * css) once per live cgroup, the walk root first. VISIT is a function of
- * its own (noinline): inlined into the walk's loop, clang hoists CO-RE
- * values out of the checks that guard them (a poisoned relocation of
- * something this kernel lacks would then run). */
+ * its own (noinline): inlined into a loop, clang hoists CO-RE values out
+ * of the checks that guard them (a poisoned relocation of something this
+ * kernel lacks would then run).
+ *
+ * The walk under RCU lists the cgroups' ids first (list_cgroups), then
+ * visits each by id holding a reference, with no lock: a cgroup removed
+ * in between is left out, as by a reader walking the directories. */
 #define CGROUP_PASS(name, START, VISIT)                                               \
 	SEC("iter.s/cgroup")                                                          \
 	int name(struct bpf_iter__cgroup *ctx)                                        \
@@ -901,11 +953,26 @@ static __always_inline void fill_record(struct record *r, __u32 idx, struct cgro
 		return 0;                                                             \
 	}                                                                             \
                                                                                       \
+	static long name##_visit_id(__u64 i, void *stored)                            \
+	{                                                                             \
+		__u32 k = i;                                                          \
+		struct cgroup *cgrp;                                                  \
+		__u64 *id;                                                            \
+                                                                                      \
+		id = bpf_map_lookup_elem(&walk_ids, &k);                              \
+		if (!id)                                                              \
+			return 1;                                                     \
+		cgrp = bpf_cgroup_from_id(*id);                                       \
+		if (!cgrp)                                                            \
+			return 0;                                                     \
+		VISIT(cgrp, &cgrp->self);                                             \
+		bpf_cgroup_release(cgrp);                                             \
+		return 0;                                                             \
+	}                                                                             \
+                                                                                      \
 	SEC("iter.s/task")                                                            \
 	int name##_rcu(struct bpf_iter__task *ctx)                                    \
 	{                                                                             \
-		struct bpf_iter_css___local it;                                       \
-		struct cgroup_subsys_state *pos;                                      \
 		struct cgroup *root;                                                  \
                                                                                       \
 		if (!ctx->task)                                                       \
@@ -917,16 +984,12 @@ static __always_inline void fill_record(struct record *r, __u32 idx, struct cgro
 		if (!root)                                                            \
 			return 0;                                                     \
 		flush_at_walk_root(root);                                             \
-		bpf_rcu_read_lock();                                                  \
-		bpf_iter_css_new(&it, &root->self, WALK_DESCENDANTS_PRE);             \
-		while ((pos = bpf_iter_css_next(&it))) {                              \
-			/* Dead ones are skipped, as the cgroup iterator does. */     \
-			if (pos->flags & CSS_IS_ONLINE)                               \
-				VISIT(pos->cgroup, pos);                              \
-		}                                                                     \
-		bpf_iter_css_destroy(&it);                                            \
-		bpf_rcu_read_unlock();                                                \
+		list_cgroups(root);                                                   \
 		bpf_cgroup_release(root);                                             \
+		bpf_loop(walk_stored, name##_visit_id, NULL, 0);                      \
+		/* More than the maps hold: user space grows them. */                 \
+		if (walk_seen > walk_stored)                                          \
+			nr_cgroups = walk_seen;                                       \
 		return 0;                                                             \
 	}
 

@@ -179,6 +179,9 @@ impl Loaded {
         layer::open_map(open, "records")?
             .set_max_entries(capacity)
             .context("Failed to size the records map")?;
+        layer::open_map(open, "walk_ids")?
+            .set_max_entries(capacity)
+            .context("Failed to size the walk_ids map")?;
         layer::open_map(open, "numa")?
             .set_max_entries(u32::try_from(numa_rows)?)
             .context("Failed to size the numa map")?;
