@@ -58,7 +58,8 @@ unsafe impl Pod for Rodata {}
 /// How a pass walks the cgroup tree: which form of the program is loaded.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Walk {
-    /// `<prog>_rcu`: the css iterator under RCU, no cgroup lock held.
+    /// `<prog>_rcu`: the cgroups listed by the css iterator under RCU, then
+    /// read by id: no cgroup lock held.
     Rcu,
     /// `<prog>`: the cgroup iterator, which holds cgroup_mutex for the
     /// whole walk; why not under RCU.
@@ -87,7 +88,7 @@ impl Walk {
 impl fmt::Display for Walk {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Walk::Rcu => f.write_str("the pass walks under RCU, no cgroup lock held"),
+            Walk::Rcu => f.write_str("the pass holds no cgroup lock (lists under RCU, reads by id)"),
             Walk::Locked(NoRcuWalk::Unavailable(why)) => {
                 write!(f, "the pass holds cgroup_mutex for the whole walk ({why})")
             }

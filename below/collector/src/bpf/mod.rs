@@ -1,8 +1,9 @@
 //! The BPF backend: one pass per sample writes a fixed-size record per
 //! cgroup into an mmapped array map (memory.numa_stat rows into a second
 //! one); the tree and the samples are built from those records with no
-//! readdir and no text. The pass walks under RCU where the kernel allows
-//! it, else as a cgroup iterator under cgroup_mutex (`load::Walk`).
+//! readdir and no text. The pass holds no cgroup lock where the kernel
+//! allows it, else walks as a cgroup iterator under cgroup_mutex
+//! (`load::Walk`).
 //!
 //! - `cgroup_stats.bpf.c`, `cgroup_stats.h`: the program and the contract
 //!   (record layout and tables; `contract` is its Rust side, generated);
