@@ -262,10 +262,9 @@ fn read_streams(
 ) {
     let mut stale = 0;
     for pos in 0..table.len() {
-        let ino = table.id(pos) as i64;
+        let id = table.id(pos);
         for file in files.iter() {
-            let path = table.row(pos).path.clone();
-            let error = match st.read(ino, || path.clone(), file) {
+            let error = match st.read(id, || table.row(pos).raw.clone(), file) {
                 Ok(StreamRead::Text(text)) => {
                     let s = table.sample_mut(pos);
                     match apply(file, text, s, &mut PressureParts::default()) {
@@ -277,13 +276,13 @@ fn read_streams(
                 Err(Stale::NoRecord) => {
                     stale += 1;
                     let only = [file].into_iter().collect();
-                    walker.read_at(&path, only, table.sample_mut(pos), &mut snap.errors);
+                    walker.read_row(table, pos, only, &mut snap.errors);
                     continue;
                 }
                 Err(Stale::Io(e)) => e.to_string(),
             };
             snap.errors.push(FileError {
-                cgroup: path,
+                cgroup: table.row(pos).path.clone(),
                 file,
                 error,
             });

@@ -1,11 +1,16 @@
-//! The two ways we touch a cgroup file: open it relative to a kept
-//! directory fd, and read it whole into a reused buffer.
+//! The ways we touch a cgroup file: open it relative to a kept directory
+//! fd (or a cgroup's directory by its path, checking it is still that
+//! cgroup), and read it whole into a reused buffer.
 
 use std::ffi::CStr;
+use std::ffi::CString;
+use std::os::fd::AsFd;
 use std::os::fd::AsRawFd;
 use std::os::fd::BorrowedFd;
 use std::os::fd::FromRawFd;
 use std::os::fd::OwnedFd;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
 
 use nix::errno::Errno;
 use nix::fcntl::OFlag;
@@ -22,6 +27,28 @@ pub(crate) fn open_at(dir: Option<BorrowedFd>, path: &CStr, flags: OFlag) -> nix
     )?;
     // SAFETY: `fd` was just returned by openat(2) and is owned by no one else.
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Opens a directory read-only, relative to `dir` (or absolute).
+pub(crate) fn open_dir_at(dir: Option<BorrowedFd>, path: &CStr) -> nix::Result<OwnedFd> {
+    open_at(dir, path, OFlag::O_RDONLY | OFlag::O_DIRECTORY)
+}
+
+/// The inode number of an open file (a cgroup directory's is its id).
+pub(crate) fn inode_of(fd: BorrowedFd) -> Option<u64> {
+    nix::sys::stat::fstat(fd.as_raw_fd())
+        .ok()
+        .map(|st| st.st_ino)
+}
+
+/// The directory of cgroup `id` at `path` under `root`, or None when it is
+/// gone — or when the directory there now is another cgroup (removed and
+/// made again under the same name since `id` was seen), whose values must
+/// not be credited to `id`.
+pub(crate) fn open_cgroup_at(root: BorrowedFd, path: &Path, id: u64) -> Option<OwnedFd> {
+    let c = CString::new(path.as_os_str().as_bytes()).ok()?;
+    let fd = open_dir_at(Some(root), &c).ok()?;
+    (inode_of(fd.as_fd()) == Some(id)).then_some(fd)
 }
 
 /// Reads the file from offset 0 to EOF into `buf` (cleared first). pread

@@ -34,6 +34,9 @@ mod stream;
 mod table;
 mod top;
 
+#[cfg(test)]
+mod names_test;
+
 use cgroupfs::CpuPressure;
 use cgroupfs::IoPressure;
 use cgroupfs::MemoryPressure;

@@ -4,11 +4,13 @@
 //! one reused buffer; the parsers walk borrowed slices of it.
 
 use std::ffi::CStr;
+use std::ffi::OsString;
 use std::io;
 use std::os::fd::AsFd;
 use std::os::fd::AsRawFd;
 use std::os::fd::BorrowedFd;
 use std::os::fd::OwnedFd;
+use std::os::unix::ffi::OsStringExt;
 use std::path::Path;
 
 use anyhow::Context;
@@ -17,7 +19,10 @@ use model::CgroupSample;
 use nix::errno::Errno;
 use nix::fcntl::OFlag;
 
+use crate::fd::inode_of;
 use crate::fd::open_at;
+use crate::fd::open_cgroup_at;
+use crate::fd::open_dir_at;
 use crate::fd::read_to_end;
 use crate::parse;
 use crate::table::Table;
@@ -26,11 +31,6 @@ use crate::FileSet;
 use crate::PressureLines;
 use crate::Snapshot;
 use crate::StatFile;
-
-/// Open a directory read-only, relative to `dir` (or absolute).
-fn open_dir_at(dir: Option<BorrowedFd>, path: &CStr) -> nix::Result<OwnedFd> {
-    open_at(dir, path, OFlag::O_RDONLY | OFlag::O_DIRECTORY)
-}
 
 pub(crate) fn open_root(root: &Path) -> Result<OwnedFd> {
     let c = std::ffi::CString::new(root.as_os_str().as_encoded_bytes())
@@ -267,32 +267,35 @@ impl Walker {
         self.root_fd.as_fd()
     }
 
-    /// Reads `files` of the cgroup at `path` (relative to the root) without
-    /// walking: for files a faster backend could not serve this time.
-    pub(crate) fn read_at(
+    /// Reads `files` of the cgroup at position `pos` of `table` by its
+    /// path, without walking: for files a faster backend could not serve
+    /// this time. Nothing is read when it is gone or another cgroup has
+    /// its name now.
+    pub(crate) fn read_row(
         &mut self,
-        path: &str,
+        table: &mut Table,
+        pos: usize,
         files: FileSet,
-        s: &mut CgroupSample,
         errors: &mut Vec<FileError>,
     ) {
+        if files.is_empty() {
+            return;
+        }
+        let id = table.id(pos);
+        let (row, s) = table.row_and_sample_mut(pos);
         let owned;
-        let dir = if path.is_empty() {
+        let dir = if row.raw.as_os_str().is_empty() {
             self.root_fd.as_fd()
         } else {
-            match std::ffi::CString::new(path)
-                .ok()
-                .and_then(|c| open_dir_at(Some(self.root_fd.as_fd()), &c).ok())
-            {
+            match open_cgroup_at(self.root_fd.as_fd(), &row.raw, id) {
                 Some(fd) => {
                     owned = fd;
                     owned.as_fd()
                 }
-                // Removed since the sample started: nothing to read.
                 None => return,
             }
         };
-        self.reader.read_cgroup(dir, path, files, s, errors);
+        self.reader.read_cgroup(dir, &row.path, files, s, errors);
     }
 
     /// `files` of every cgroup as plain text, as a flat list: the files as
@@ -312,11 +315,10 @@ impl Walker {
         let mut w = Walk {
             reader: &mut self.reader,
             files,
-            path: String::new(),
             table,
             errors,
         };
-        w.visit(self.root_fd.as_fd(), None, String::new());
+        w.visit(self.root_fd.as_fd(), None, OsString::new());
         table.end();
     }
 }
@@ -325,30 +327,28 @@ impl Walker {
 struct Walk<'a> {
     reader: &'a mut PlainReader,
     files: FileSet,
-    /// Path of the cgroup being visited, relative to the root.
-    path: String,
     table: &'a mut Table,
     errors: &'a mut Vec<FileError>,
 }
 
 impl Walk<'_> {
-    fn visit(&mut self, dir: BorrowedFd, parent: Option<usize>, name: String) {
+    fn visit(&mut self, dir: BorrowedFd, parent: Option<usize>, name: OsString) {
         let inode = inode_of(dir);
         // Without an inode (fstat failed) the cgroup is new to the table.
-        let id = inode.map_or(u64::MAX - self.table.len() as u64, |i| i as u64);
+        let id = inode.unwrap_or(u64::MAX - self.table.len() as u64);
         // Filtered out (with its subtree).
         let Some(pos) = self.table.visit(id, parent, || name) else {
             return;
         };
         let n_errors = self.errors.len();
-        let sample = self.table.sample_mut(pos);
+        let (row, sample) = self.table.row_and_sample_mut(pos);
         *sample = CgroupSample {
-            inode_number: inode,
+            inode_number: inode.map(|i| i as i64),
             ..Default::default()
         };
         if self
             .reader
-            .read_cgroup(dir, &self.path, self.files, sample, self.errors)
+            .read_cgroup(dir, &row.path, self.files, sample, self.errors)
             == Liveness::Gone
         {
             self.errors.truncate(n_errors);
@@ -363,27 +363,15 @@ impl Walk<'_> {
             }
             return;
         };
-        let base_len = self.path.len();
         for child in children {
-            if !self.path.is_empty() {
-                self.path.push('/');
-            }
-            self.path.push_str(child.to_str().unwrap_or_default());
             // ENOENT: removed since readdir.
             if let Ok(fd) = open_dir_at(Some(dir), &child) {
                 self.reader.counters.dirs_opened += 1;
-                let name = child.to_string_lossy().into_owned();
+                let name = OsString::from_vec(child.into_bytes());
                 self.visit(fd.as_fd(), Some(pos), name);
             }
-            self.path.truncate(base_len);
         }
     }
-}
-
-fn inode_of(dir: BorrowedFd) -> Option<i64> {
-    nix::sys::stat::fstat(dir.as_raw_fd())
-        .ok()
-        .map(|st| st.st_ino as i64)
 }
 
 /// Names of the subdirectories (child cgroups) of `dir`.

@@ -8,17 +8,18 @@
 
 use std::collections::HashMap;
 use std::ffi::CStr;
-use std::ffi::CString;
 use std::io;
 use std::os::fd::AsFd;
 use std::os::fd::BorrowedFd;
 use std::os::fd::OwnedFd;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use nix::errno::Errno;
 use nix::fcntl::OFlag;
 
 use crate::fd::open_at;
+use crate::fd::open_cgroup_at;
 use crate::fd::read_to_end;
 use crate::plan::Support;
 use crate::FileSet;
@@ -126,7 +127,7 @@ pub(crate) struct Streams {
     interval: Duration,
     /// The interval we set, to turn streaming off again when we stop.
     set_by_us: Option<u64>,
-    kept: HashMap<i64, Kept>,
+    kept: HashMap<u64, Kept>,
     sample: u64,
     buf: Vec<u8>,
     /// Stream files opened so far.
@@ -198,31 +199,36 @@ impl Streams {
         }
     }
 
-    /// Reads the current record of `file` for the cgroup `ino`, opening its
-    /// stream file (at `path()` relative to the root) the first time.
+    /// Reads the current record of `file` for the cgroup `id`, opening its
+    /// stream file (in its directory at `path()` relative to the root,
+    /// while that is still cgroup `id`) the first time.
     pub(crate) fn read(
         &mut self,
-        ino: i64,
-        path: impl FnOnce() -> String,
+        id: u64,
+        path: impl FnOnce() -> PathBuf,
         file: StatFile,
     ) -> Result<StreamRead<'_>, Stale> {
         let slot = slot_of(file).expect("only stream files are read from streams");
         let sample = self.sample;
-        let kept = self.kept.entry(ino).or_insert_with(|| Kept {
+        let kept = self.kept.entry(id).or_insert_with(|| Kept {
             fds: Default::default(),
             seen: sample,
         });
         kept.seen = sample;
         if kept.fds[slot].is_none() {
-            let mut p = path();
-            if !p.is_empty() {
-                p.push('/');
-            }
-            p.push_str(STREAM_FILES[slot].1.to_str().expect("ASCII"));
-            let c = CString::new(p).map_err(|e| Stale::Io(io::Error::other(e)))?;
+            let path = path();
+            let dir = match path.as_os_str().is_empty() {
+                true => None,
+                false => match open_cgroup_at(self.root.as_fd(), &path, id) {
+                    Some(dir) => Some(dir),
+                    // Gone, or another cgroup has its name now.
+                    None => return Ok(StreamRead::Absent),
+                },
+            };
+            let dir = dir.as_ref().map_or(self.root.as_fd(), |d| d.as_fd());
             match open_at(
-                Some(self.root.as_fd()),
-                &c,
+                Some(dir),
+                STREAM_FILES[slot].1,
                 OFlag::O_RDONLY | OFlag::O_NONBLOCK,
             ) {
                 Ok(fd) => {

@@ -6,14 +6,22 @@
 //!    pre-order (the walker from readdir, BPF from the iterator's records),
 //!    then [`Table::end`]. What never changes for a cgroup (name, path,
 //!    filter and always-keep matches) is learnt the first time its id is
-//!    seen; cgroups not visited are forgotten.
+//!    seen; cgroups not visited are forgotten. A cgroup is its id: two
+//!    siblings never share a name in below's tree (see [`display_name`]).
 //! 2. choose and fill: top-N keeps some rows ([`Table::retain`], the one
 //!    selection in `top`), and backends fill each kept row's sample.
 //! 3. publish: [`Table::take_tree`] gives below's nested tree, updated in
 //!    place while the kept cgroups are the same ones (the shape
 //!    generation), else built anew.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
+use std::collections::HashMap;
+use std::ffi::OsStr;
+use std::ffi::OsString;
+use std::fmt::Write;
+use std::os::unix::ffi::OsStrExt;
+use std::path::PathBuf;
 
 use model::CgroupSample;
 use regex::Regex;
@@ -27,10 +35,17 @@ use crate::Node;
 /// move one).
 #[derive(Debug)]
 pub(crate) struct Row {
+    /// Its name in below's tree: [`display_name`], made unique among its
+    /// siblings.
     pub(crate) name: String,
-    /// Relative to the root ("" for the root): learnt once, so a file
-    /// read by path never costs a walk.
+    /// Those names joined, relative to the root ("" for the root): what
+    /// below shows and the patterns match.
     pub(crate) path: String,
+    /// The directory's own bytes relative to the root: learnt once, so a
+    /// file read by path never costs a walk.
+    pub(crate) raw: PathBuf,
+    /// The parent's id (the root: its own).
+    parent: u64,
     /// Matches the always-keep pattern of top-N.
     pub(crate) always: bool,
     filtered: bool,
@@ -62,14 +77,17 @@ struct Nested {
     out: Option<u64>,
     /// Taken again while out: which tree comes back is unknown.
     lost: bool,
-    /// The position of each of its nodes, in its own pre-order (children
-    /// by name).
-    order: Vec<usize>,
+    /// The id of each of its nodes, in its own pre-order (children by
+    /// name).
+    order: Vec<u64>,
 }
 
 #[derive(Debug, Default)]
 pub(crate) struct Table {
     rows: IdMap<Row>,
+    /// The id holding each (parent id, name): names are unique among
+    /// siblings.
+    names: HashMap<(u64, String), u64>,
     /// This sample's cgroups in pre-order: id and parent position; the
     /// root first.
     ids: Vec<u64>,
@@ -107,18 +125,21 @@ impl Table {
     }
 
     /// Visits cgroup `id` under the cgroup at position `parent` (None: the
-    /// root), named by `name` (called only for a cgroup not seen before).
-    /// Its position in this sample, or None when the filter skips it (and
-    /// so its subtree).
+    /// root), named by `name`, its directory's name (called only for a
+    /// cgroup not seen before). Its position in this sample, or None when
+    /// the filter skips it (and so its subtree).
     pub(crate) fn visit(
         &mut self,
         id: u64,
         parent: Option<usize>,
-        name: impl FnOnce() -> String,
+        name: impl FnOnce() -> OsString,
     ) -> Option<usize> {
         let pos = self.ids.len();
         if !self.rows.contains_key(&id) {
-            let row = self.learn(parent, name());
+            let row = self.learn(id, parent, name());
+            if parent.is_some() {
+                self.names.insert((row.parent, row.name.clone()), id);
+            }
             self.rows.insert(id, row);
         }
         let row = self.rows.get_mut(&id).expect("inserted above");
@@ -163,26 +184,40 @@ impl Table {
     /// Ends the index: cgroups not visited are forgotten.
     pub(crate) fn end(&mut self) {
         let index = self.index;
-        self.rows.retain(|_, r| r.seen == index);
+        let names = &mut self.names;
+        self.rows.retain(|&id, r| {
+            let keep = r.seen == index;
+            if !keep {
+                let key = (r.parent, std::mem::take(&mut r.name));
+                if names.get(&key) == Some(&id) {
+                    names.remove(&key);
+                }
+            }
+            keep
+        });
         self.samples.truncate(self.ids.len());
     }
 
-    /// What a newly seen cgroup under `parent` is.
-    fn learn(&self, parent: Option<usize>, name: String) -> Row {
+    /// What a newly seen cgroup `id` under `parent`, named `raw`, is.
+    fn learn(&self, id: u64, parent: Option<usize>, raw: OsString) -> Row {
         let Some(p) = parent else {
             return Row {
                 name: String::new(),
                 path: String::new(),
+                raw: PathBuf::new(),
+                parent: id,
                 always: false,
                 filtered: false,
                 seen: 0,
                 pos: 0,
             };
         };
-        let parent_path = &self.rows[&self.ids[p]].path;
-        let path = match parent_path.is_empty() {
+        let parent_id = self.ids[p];
+        let parent_row = &self.rows[&parent_id];
+        let name = self.unique_name(parent_id, id, display_name(&raw).into_owned());
+        let path = match parent_row.path.is_empty() {
             true => name.clone(),
-            false => format!("{parent_path}/{name}"),
+            false => format!("{}/{name}", parent_row.path),
         };
         let is = |re: &Option<Regex>| re.as_ref().is_some_and(|re| re.is_match(&path));
         Row {
@@ -190,9 +225,29 @@ impl Table {
             always: is(&self.keep),
             name,
             path,
+            raw: parent_row.raw.join(raw),
+            parent: parent_id,
             seen: 0,
             pos: 0,
         }
+    }
+
+    /// `name` for cgroup `id` under `parent`, or, when a sibling holds it
+    /// (a name that is not UTF-8 shown as one that is), with `#ID` added:
+    /// the cgroup seen first keeps the plain name.
+    fn unique_name(&self, parent: u64, id: u64, name: String) -> String {
+        let taken = |n: &String| self.names.contains_key(&(parent, n.clone()));
+        if !taken(&name) {
+            return name;
+        }
+        let mut unique = format!("{name}#{id}");
+        // Only a name chosen to collide with the first choice gets here.
+        let mut k = 1;
+        while taken(&unique) {
+            unique = format!("{name}#{id}.{k}");
+            k += 1;
+        }
+        unique
     }
 
     /// Cgroups in this sample (kept ones, after [`Table::retain`]).
@@ -219,6 +274,11 @@ impl Table {
     /// serves and must clear what it does not).
     pub(crate) fn sample_mut(&mut self, pos: usize) -> &mut CgroupSample {
         &mut self.samples[pos]
+    }
+
+    /// The row and the sample at `pos`, the sample to fill.
+    pub(crate) fn row_and_sample_mut(&mut self, pos: usize) -> (&Row, &mut CgroupSample) {
+        (&self.rows[&self.ids[pos]], &mut self.samples[pos])
     }
 
     pub(crate) fn sample(&self, pos: usize) -> &CgroupSample {
@@ -277,12 +337,14 @@ impl Table {
             TreeBuild::New
         };
         if how == TreeBuild::InPlace {
+            // Each node takes the sample of its own id: the generation
+            // says the ids are the same, the tree's order which is where.
             let order = &self.tree.order;
-            let samples = &mut self.samples;
+            let (rows, samples) = (&self.rows, &mut self.samples);
             let mut next = order.iter();
             visit(&mut self.tree.root, &mut |node| {
-                let pos = *next.next().expect("a node per position");
-                std::mem::swap(node, &mut samples[pos]);
+                let id = next.next().expect("a node per position");
+                std::mem::swap(node, &mut samples[rows[id].pos]);
             });
         } else {
             // Freed before the new one is built: one tree at a time.
@@ -292,7 +354,7 @@ impl Table {
                 .collect();
             let (root, order) = build(&self.parents, &names, &mut self.samples);
             self.tree.root = root;
-            self.tree.order = order;
+            self.tree.order = order.into_iter().map(|p| self.ids[p]).collect();
         }
         // Out until given back.
         self.tree.generation = None;
@@ -334,8 +396,9 @@ fn visit(node: &mut CgroupSample, f: &mut impl FnMut(&mut CgroupSample)) {
     }
 }
 
-/// below's nested tree from pre-order `parents`, `names` and `samples`
-/// (moved out), and the position of each of its nodes in its pre-order.
+/// below's nested tree from pre-order `parents`, `names` (unique among
+/// siblings) and `samples` (moved out), and the position of each of its
+/// nodes in its pre-order.
 fn build(
     parents: &[Option<usize>],
     names: &[&str],
@@ -374,6 +437,29 @@ fn build(
         samples[p].children = Some(map);
     }
     (std::mem::take(&mut samples[0]), preorder)
+}
+
+/// A directory's name as below's tree shows it: UTF-8 as it is; otherwise
+/// each byte that is not part of valid UTF-8 as `\xNN` and `\` as `\\`,
+/// so two names that are not UTF-8 never show alike. (One can still show
+/// as a UTF-8 name beside it does: [`Table`] adds `#ID` then.)
+pub(crate) fn display_name(raw: &OsStr) -> Cow<'_, str> {
+    if let Some(s) = raw.to_str() {
+        return Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(raw.len() + 8);
+    for chunk in raw.as_bytes().utf8_chunks() {
+        for c in chunk.valid().chars() {
+            match c {
+                '\\' => out.push_str("\\\\"),
+                c => out.push(c),
+            }
+        }
+        for b in chunk.invalid() {
+            let _ = write!(out, "\\x{b:02x}");
+        }
+    }
+    Cow::Owned(out)
 }
 
 #[cfg(test)]

@@ -28,7 +28,7 @@ fn index(t: &mut Table, cgroups: &[(u64, Option<usize>, &str)], tids: u64) -> us
         }
         let visited = t.visit(id, parent, || {
             named += 1;
-            name.to_owned()
+            name.into()
         });
         if let Some(pos) = visited {
             pos_of.insert(i, pos);
@@ -179,7 +179,7 @@ fn retain_keeps_positions_parents_and_samples() {
 fn truncate_takes_back_a_removed_subtree() {
     let mut t = Table::default();
     t.begin();
-    let root = t.visit(1, None, String::new).unwrap();
+    let root = t.visit(1, None, OsString::new).unwrap();
     let a = t.visit(2, Some(root), || "a".into()).unwrap();
     t.visit(3, Some(a), || "x".into()).unwrap();
     t.truncate(a);
@@ -205,4 +205,67 @@ fn of_two_trees_out_none_comes_back() {
     let root = t.take_tree().0;
     assert_eq!(node(&root, &["a", "x"]).tids_current, Some(3));
     assert_eq!(node(&root, &["a", "x"]).children, Some(BTreeMap::new()));
+}
+
+#[test]
+fn names_that_are_not_utf8_show_escaped_and_distinct() {
+    use std::os::unix::ffi::OsStrExt;
+    let show = |b: &[u8]| display_name(OsStr::from_bytes(b)).into_owned();
+    assert_eq!(show(b"web.slice"), "web.slice");
+    assert_eq!(
+        show(b"a\\x2db"),
+        "a\\x2db",
+        "UTF-8 (systemd's escapes) as it is"
+    );
+    assert_eq!(show(b"n\xff"), "n\\xff");
+    assert_eq!(show(b"caf\xc3\xa9\xff"), "caf\u{e9}\\xff");
+    // A backslash in a name that is not UTF-8 is escaped too: these two
+    // would otherwise both show as `a\xff\xfe`.
+    assert_eq!(show(b"a\\xff\xfe"), "a\\\\xff\\xfe");
+    assert_eq!(show(b"a\xff\xfe"), "a\\xff\\xfe");
+}
+
+/// Siblings that show alike (`n\xff` not UTF-8, `n\xff` spelt out) stay two
+/// cgroups with their own samples, sample after sample (the tree updated in
+/// place), and the name is free again once the first is gone.
+#[test]
+fn siblings_that_show_alike_stay_apart() {
+    use std::os::unix::ffi::OsStrExt;
+    let raw = OsStr::from_bytes(b"n\xff");
+    let run = |t: &mut Table, ids: &[u64], tids: u64| {
+        t.begin();
+        let root = t.visit(1, None, OsString::new).unwrap();
+        for &id in ids {
+            let name = if id % 2 == 0 {
+                raw.to_owned()
+            } else {
+                "n\\xff".into()
+            };
+            let pos = t.visit(id, Some(root), || name).unwrap();
+            *t.sample_mut(pos) = CgroupSample {
+                inode_number: Some(id as i64),
+                tids_current: Some(tids + id),
+                ..Default::default()
+            };
+        }
+        t.end();
+    };
+    let mut t = Table::default();
+    for tids in [100, 200] {
+        run(&mut t, &[2, 3], tids);
+        let (root, how) = t.take_tree();
+        let children = root.children.as_ref().unwrap();
+        assert_eq!(children.len(), 2, "{children:?}");
+        assert_eq!(children["n\\xff"].inode_number, Some(2));
+        assert_eq!(children["n\\xff#3"].inode_number, Some(3));
+        assert_eq!(children["n\\xff#3"].tids_current, Some(tids + 3));
+        assert_eq!(how == TreeBuild::InPlace, tids == 200);
+        t.give_back(root);
+    }
+    // Once 2 and 3 are gone, the first seen takes the plain name.
+    run(&mut t, &[], 300);
+    run(&mut t, &[5, 4], 400);
+    let children = t.take_tree().0.children.unwrap();
+    assert_eq!(children["n\\xff"].inode_number, Some(5));
+    assert_eq!(children["n\\xff#4"].inode_number, Some(4));
 }

@@ -287,8 +287,7 @@ pub(crate) fn walk(
     choose_by_samples(ranker, table);
     let rest = files.difference(key);
     for i in 0..table.len() {
-        let path = table.row(i).path.clone();
-        walker.read_at(&path, rest, table.sample_mut(i), errors);
+        walker.read_row(table, i, rest, errors);
     }
 }
 

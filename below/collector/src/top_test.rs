@@ -166,7 +166,7 @@ fn table(t: &mut Table, usage: [u64; 7]) {
     let names = ["", "a", "a1", "a2", "a2x", "b", "b1"];
     t.begin();
     for (i, (p, name)) in tree().into_iter().zip(names).enumerate() {
-        let pos = t.visit(100 + i as u64, p, || name.to_owned()).unwrap();
+        let pos = t.visit(100 + i as u64, p, || name.into()).unwrap();
         *t.sample_mut(pos) = CgroupSample {
             cpu_stat: Some(cgroupfs::CpuStat {
                 usage_usec: Some(usage[i]),

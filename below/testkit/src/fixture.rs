@@ -179,7 +179,7 @@ impl Fixture {
     }
 
     /// Makes `rel` (relative to the top; its parent must exist).
-    pub fn mkdir(&mut self, rel: &str) -> Result<PathBuf> {
+    pub fn mkdir(&mut self, rel: impl AsRef<Path>) -> Result<PathBuf> {
         let p = self.top.join(rel);
         std::fs::create_dir(&p)
             .with_context(|| format!("Failed to create cgroup {}", p.display()))?;

@@ -17,7 +17,7 @@
 //!
 //! What BPF cannot serve is read as text for that file only: the root's
 //! cpu.stat and pressure from kept fds ([`RootText`]), and files the plan
-//! gives to plain read through [`Walker::read_at`].
+//! gives to plain read through [`Walker::read_row`].
 
 #[cfg(test)]
 mod btf_edit;
@@ -40,6 +40,7 @@ mod sample;
 mod walk_test;
 
 use std::collections::HashMap;
+use std::ffi::OsString;
 use std::path::PathBuf;
 use std::time::Duration;
 use std::time::Instant;
@@ -171,10 +172,7 @@ impl BpfBackend {
                     .get_or_insert_with(|| RootText::open(walker.root_fd(), root_text_files(bpf)))
                     .fill(s, errors);
             }
-            if !text.is_empty() {
-                let path = table.row(pos).path.clone();
-                walker.read_at(&path, text, table.sample_mut(pos), errors);
-            }
+            walker.read_row(table, pos, text, errors);
         }
         // Keep history only for cgroups that still exist.
         prev.retain(|&id, _| table.knows(id));
@@ -201,9 +199,8 @@ impl Visible for Indexed<'_> {
                 }
             };
             let name = || match parent {
-                // below 0.9's model names cgroups with Strings.
-                Some(_) => decode::name(r).to_string_lossy().into_owned(),
-                None => String::new(),
+                Some(_) => decode::name(r),
+                None => OsString::new(),
             };
             if self.table.visit(r.id, parent, name).is_some() {
                 self.records.push(i);

@@ -27,7 +27,7 @@ pub fn churn(seconds: u64) -> Result<()> {
     let root = cgroup_root()?;
     let mut t = Fixture::new(&root, "churn", Controllers::All)?;
     for i in 0..5 {
-        t.mkdir(&format!("fixed{i}"))?;
+        t.mkdir(format!("fixed{i}"))?;
     }
     // intents[k] = (name, create?) is logged before op k runs; `done`
     // counts completed ops.

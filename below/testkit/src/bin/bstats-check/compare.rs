@@ -65,10 +65,10 @@ pub fn compare(n: usize, backend: BackendChoice) -> Result<()> {
     let per = 5;
     let mut leaves = Vec::new();
     for a in 0..n.div_ceil(per + 1) {
-        let mid = t.mkdir(&format!("a{a}"))?;
+        let mid = t.mkdir(format!("a{a}"))?;
         t.enable_controllers(&mid)?;
         for b in 0..per {
-            leaves.push(t.mkdir(&format!("a{a}/b{b}"))?);
+            leaves.push(t.mkdir(format!("a{a}/b{b}"))?);
         }
     }
     let anon = |mib| Work {

@@ -85,7 +85,7 @@ pub fn syscalls() -> Result<()> {
     for n in [10, 200] {
         let mut t = Fixture::new(&root, "syscalls", Controllers::All)?;
         for i in 0..n - 1 {
-            t.mkdir(&format!("c{i}"))?;
+            t.mkdir(format!("c{i}"))?;
         }
         let mut c = CgroupCollector::new(&options(&root, BackendChoice::Bpf))?;
         if !c.wanted().contains(StatFile::MemoryNumaStat) {
@@ -114,10 +114,10 @@ pub fn bench(n: usize, samples: u32) -> Result<()> {
     let mut t = Fixture::new(&root, "bench", Controllers::All)?;
     let per = 100;
     for a in 0..n.div_ceil(per) {
-        let mid = t.mkdir(&format!("g{a}"))?;
+        let mid = t.mkdir(format!("g{a}"))?;
         t.enable_controllers(&mid)?;
         for b in 0..per.min(n - a * per) - usize::from(a == 0) {
-            t.mkdir(&format!("g{a}/c{b}"))?;
+            t.mkdir(format!("g{a}/c{b}"))?;
         }
     }
     let per_sample = |label: &str, f: &mut dyn FnMut() -> usize| {
