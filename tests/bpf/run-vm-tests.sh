@@ -58,7 +58,7 @@ facts() {
   [ -n "$bin" ] || return 1
   case "$bin" in /*) ;; *) bin=$REPO_ROOT/$bin ;; esac
   "$REPO_ROOT/tests/vm/run.sh" --kernel "$1" --timeout 1500 --add "$bin:/bpf-stats-test" \
-    -- /bpf-stats-test --test-threads 1 bpf::facts_test bpf::kernel bpf::walk_test
+    -- /bpf-stats-test --test-threads 1 bpf::facts_test bpf::kernel bpf::walk_test names_test
 }
 
 # The kernel of STAGE[:KERNEL].
