@@ -18,7 +18,6 @@ use bstats_collector::BackendChoice;
 use clap::CommandFactory;
 use clap::Parser;
 use clap::Subcommand;
-use serde::Deserialize;
 use slog::info;
 use slog::o;
 use slog::Drain;
@@ -27,6 +26,7 @@ use top::TopOpts;
 
 #[cfg(test)]
 mod cli_parity;
+mod config;
 mod generate;
 mod history;
 mod record;
@@ -159,20 +159,6 @@ enum Command {
     },
 }
 
-/// Our keys in below's config file; below's own keys are read by below-config.
-#[derive(Debug, Default, Deserialize)]
-struct ExtraConfig {
-    cgroup_backend: Option<BackendChoice>,
-    process_backend: Option<bstats_procs::ProcessBackend>,
-    cgroup_root: Option<PathBuf>,
-    listen: Option<std::net::SocketAddr>,
-    #[serde(default)]
-    metrics: bstats_metrics::Options,
-    cgroup_top: Option<usize>,
-    cgroup_top_by: Option<bstats_collector::TopBy>,
-    cgroup_top_keep: Option<String>,
-}
-
 struct Config {
     below: BelowConfig,
     backend: BackendChoice,
@@ -186,12 +172,7 @@ struct Config {
 }
 
 fn load_config(opt: &Opt) -> Result<Config> {
-    let mut below = BelowConfig::load(&opt.config)?;
-    let extra: ExtraConfig = match std::fs::read_to_string(&opt.config) {
-        Ok(s) => toml::from_str(&s)
-            .with_context(|| format!("Failed to parse config file {}", opt.config.display()))?,
-        Err(_) => ExtraConfig::default(),
-    };
+    let (mut below, extra) = config::load(&opt.config)?;
     if let Some(d) = &opt.store_dir {
         below.store_dir = d.clone();
     }
