@@ -31,7 +31,8 @@
 # per round would double the run.
 #
 # Results under /out/fleet (key=value lines): setup.txt (times and counts);
-# per round rN-KEY/ with probe.txt, work.txt and tree.txt (dying cgroups);
+# per round rN-KEY/ with probe.txt, work.txt, tree.txt (dying cgroups) and
+# stalls.txt (where operations over 150 ms waited, and who else did);
 # per recorder KEY/rec.txt and, from ours, KEY/phases.jsonl (the
 # --phase-times records of the window).
 #
@@ -158,7 +159,9 @@ windows() {
     _d=$OUT/r$_r-$1
     mkdir -p "$_d"
     echo "dying_cgroups=$(awk '$1 == "nr_dying_descendants" { print $2 }' $CG/cgroup.stat)" > "$_d/tree.txt"
-    sh -c 'echo $$ > "$1/home/cgroup.procs"; exec "$2" probe "$1" 10 "$3"' probe $CG/probe.slice $P "$WINDOW" > "$_d/probe.txt"
+    # stalls.txt: where a slow operation waited, and the recorder's threads.
+    sh -c 'echo $$ > "$1/home/cgroup.procs"; exec "$2" probe "$1" 10 "$3" "$4" ${5:+"$5"}' probe \
+      $CG/probe.slice $P "$WINDOW" "$_d/stalls.txt" "${rcg:-}" > "$_d/probe.txt"
     $P work $CG/work.slice "$WORKERS" "$WINDOW" > "$_d/work.txt"
     echo "fleet: $(uptime_s) s: $1 round $_r: $(cat "$_d/probe.txt") $(cat "$_d/work.txt")"
     _r=$((_r + 1))
@@ -170,7 +173,7 @@ windows() {
 recorder() {
   key=$1 dir=$OUT/$1 rdir=/tmp/rec-$1
   mkdir -p "$dir" "$rdir"
-  bin='' args=''
+  bin='' args='' rcg=''
   case $key in
     none) windows none; echo "status=ok" > "$dir/rec.txt"; return 0 ;;
     below09) bin=/bin/below09 ;;

@@ -12,11 +12,15 @@
  *       DIR/cN, start a process and move it in; once LIVE are up, move the
  *       oldest one's process back to DIR/driver, kill it, rmdir its cgroup.
  *       Prints the cycles done and the slowest one (ms) on SIGTERM.
- *   fleet-probe probe DIR PERIOD_MS SECS
+ *   fleet-probe probe DIR PERIOD_MS SECS [STALLS [WATCH]]
  *       a container start's cgroup work every PERIOD_MS for SECS: mkdir
  *       DIR/pN, move a process in (its pid to cgroup.procs), move it back to
  *       DIR/home, rmdir DIR/pN. Run it from DIR/home. Prints latency
- *       percentiles per cycle and per operation (ms).
+ *       percentiles per cycle and per operation (ms). With STALLS: when an
+ *       operation has taken STALL_MS, appends to STALLS where it waits in
+ *       the kernel (its /proc stack), every task in D state and every
+ *       thread of cgroup WATCH (the recorder's), with their stacks: what
+ *       the operation waits for and who holds it.
  *   fleet-probe work DIR NWORKERS SECS
  *       NWORKERS processes, each in its own DIR/wN, each looping over a
  *       fixed CPU + memory unit. Prints units per second (all workers).
@@ -228,6 +232,138 @@ static double pct(double *v, long n, double p)
 	return v[i];
 }
 
+/* The operation in progress, for the stall watchdog: its start (ms, 0
+ * when none) and its number. */
+#define STALL_MS 150
+#define MAX_STALLS 12
+static volatile double op_start;
+static volatile long op_seq;
+static const char *stall_path, *watch_cgroup;
+static pid_t prober_tid;
+
+/* Appends /proc/PID/task/TID's comm, state and kernel stack to F. */
+static void dump_task(FILE *f, const char *pid, const char *tid)
+{
+	char path[600], buf[8192];
+	size_t n;
+	FILE *in;
+
+	snprintf(path, sizeof(path), "/proc/%s/task/%s/stat", pid, tid);
+	if (!(in = fopen(path, "r")))
+		return;
+	n = fread(buf, 1, sizeof(buf) - 1, in);
+	fclose(in);
+	buf[n] = 0;
+	buf[strcspn(buf, "\n")] = 0;
+	/* pid (comm) state ...: up to the state. */
+	char *close_paren = strrchr(buf, ')');
+	if (close_paren && close_paren[1] && close_paren[2])
+		close_paren[3] = 0;
+	fprintf(f, "  task %s: %s\n", tid, buf);
+	snprintf(path, sizeof(path), "/proc/%s/task/%s/stack", pid, tid);
+	if (!(in = fopen(path, "r")))
+		return;
+	while (fgets(buf, sizeof(buf), in))
+		fprintf(f, "    %s", buf);
+	fclose(in);
+}
+
+/* The state letter of /proc/PID/task/TID/stat, or 0. */
+static char task_state(const char *pid, const char *tid)
+{
+	char path[600], buf[1024];
+	size_t n;
+	FILE *in;
+
+	snprintf(path, sizeof(path), "/proc/%s/task/%s/stat", pid, tid);
+	if (!(in = fopen(path, "r")))
+		return 0;
+	n = fread(buf, 1, sizeof(buf) - 1, in);
+	fclose(in);
+	buf[n] = 0;
+	char *p = strrchr(buf, ')');
+	return p && p[1] == ' ' ? p[2] : 0;
+}
+
+static int is_number(const char *s)
+{
+	return *s && strspn(s, "0123456789") == strlen(s);
+}
+
+static void dump_stall(long seq, double waited)
+{
+	FILE *f = fopen(stall_path, "a");
+	char self[32], path[4096], line[64];
+	DIR *procs, *tasks;
+	struct dirent *p, *t;
+	FILE *in;
+
+	if (!f)
+		return;
+	fprintf(f, "stall: operation %ld (%s) waiting %.0f ms\n", seq,
+		(const char *[]){ "mkdir", "attach", "detach", "rmdir" }[seq % 4], waited);
+	snprintf(self, sizeof(self), "%d", prober_tid);
+	fprintf(f, " prober:\n");
+	dump_task(f, self, self);
+	if (watch_cgroup) {
+		fprintf(f, " watched cgroup %s:\n", watch_cgroup);
+		snprintf(path, sizeof(path), "%s/cgroup.threads", watch_cgroup);
+		if ((in = fopen(path, "r"))) {
+			while (fgets(line, sizeof(line), in)) {
+				line[strcspn(line, "\n")] = 0;
+				/* A thread's /proc entry is reachable as /proc/TID. */
+				dump_task(f, line, line);
+			}
+			fclose(in);
+		}
+	}
+	fprintf(f, " in D state:\n");
+	if ((procs = opendir("/proc"))) {
+		while ((p = readdir(procs))) {
+			if (!is_number(p->d_name))
+				continue;
+			snprintf(path, sizeof(path), "/proc/%s/task", p->d_name);
+			if (!(tasks = opendir(path)))
+				continue;
+			while ((t = readdir(tasks))) {
+				if (is_number(t->d_name) && strcmp(t->d_name, self) &&
+				    task_state(p->d_name, t->d_name) == 'D')
+					dump_task(f, p->d_name, t->d_name);
+			}
+			closedir(tasks);
+		}
+		closedir(procs);
+	}
+	fclose(f);
+}
+
+/* Reports each operation that takes STALL_MS, once, up to MAX_STALLS. */
+static void *stall_watch(void *arg)
+{
+	long reported = -1, stalls = 0;
+
+	(void)arg;
+	while (stalls < MAX_STALLS) {
+		usleep(20 * 1000);
+		double start = op_start;
+		long seq = op_seq;
+
+		if (start > 0 && seq != reported && now_ms() - start >= STALL_MS) {
+			dump_stall(seq, now_ms() - start);
+			reported = seq;
+			stalls++;
+		}
+	}
+	return NULL;
+}
+
+/* Marks operation K of cycle N as started (T: now). */
+static void op_begin(long n, int k, double t)
+{
+	op_seq = n * 4 + k;
+	op_start = t;
+}
+
 static int probe(const char *dir, int period, int secs)
 {
 	static const char *ops[] = { "mkdir", "attach", "detach", "rmdir" };
@@ -243,6 +379,13 @@ static int probe(const char *dir, int period, int secs)
 		die("calloc", NULL);
 	snprintf(home, sizeof(home), "%s/home", dir);
 	child = sleeper(0, "fleet-ctr-init");
+	if (stall_path) {
+		pthread_t w;
+
+		prober_tid = gettid();
+		if (pthread_create(&w, NULL, stall_watch, NULL))
+			die("pthread_create", NULL);
+	}
 	tick = now_ms();
 	end = tick + secs * 1e3;
 	while (n < cap && now_ms() < end) {
@@ -250,16 +393,21 @@ static int probe(const char *dir, int period, int secs)
 
 		snprintf(path, sizeof(path), "%s/p%ld", dir, n);
 		t[0] = now_ms();
+		op_begin(n, 0, t[0]);
 		if (mkdir(path, 0755))
 			die("mkdir", path);
 		t[1] = now_ms();
+		op_begin(n, 1, t[1]);
 		move_to(path, child);
 		t[2] = now_ms();
+		op_begin(n, 2, t[2]);
 		move_to(home, child);
 		t[3] = now_ms();
+		op_begin(n, 3, t[3]);
 		if (rmdir(path))
 			die("rmdir", path);
 		t[4] = now_ms();
+		op_start = 0;
 		cyc[n] = t[4] - t[0];
 		for (int k = 0; k < 4; k++)
 			op[k][n] = t[k + 1] - t[k];
@@ -387,8 +535,11 @@ int main(int argc, char **argv)
 		return spawn(atoi(argv[2]));
 	if (argc == 5 && !strcmp(argv[1], "churn"))
 		return churn(argv[2], atoi(argv[3]), atoi(argv[4]));
-	if (argc == 5 && !strcmp(argv[1], "probe"))
+	if (argc >= 5 && argc <= 7 && !strcmp(argv[1], "probe")) {
+		stall_path = argc > 5 ? argv[5] : NULL;
+		watch_cgroup = argc > 6 ? argv[6] : NULL;
 		return probe(argv[2], atoi(argv[3]), atoi(argv[4]));
+	}
 	if (argc == 5 && !strcmp(argv[1], "work"))
 		return work(argv[2], atoi(argv[3]), atoi(argv[4]));
 	if (argc == 3 && !strcmp(argv[1], "samples"))
