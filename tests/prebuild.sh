@@ -11,6 +11,7 @@
 set -uo pipefail
 # shellcheck source=tests/upstream/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/upstream/lib.sh"
+# shellcheck disable=SC2034 # read by log (tests/lib.sh)
 LOG_TAG=prebuild
 step() {
   local t0=$SECONDS
