@@ -7,7 +7,7 @@
 //!    then [`Table::end`]. What never changes for a cgroup (name, path,
 //!    filter and always-keep matches) is learnt the first time its id is
 //!    seen; cgroups not visited are forgotten. A cgroup is its id: two
-//!    siblings never share a name in below's tree (see [`display_name`]).
+//!    siblings never share a name in below's tree (see [`build`]).
 //! 2. choose and fill: top-N keeps some rows ([`Table::retain`], the one
 //!    selection in `top`), and backends fill each kept row's sample.
 //! 3. publish: [`Table::take_tree`] gives below's nested tree, updated in
@@ -16,7 +16,6 @@
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
-use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::ffi::OsString;
 use std::fmt::Write;
@@ -35,8 +34,7 @@ use crate::Node;
 /// move one).
 #[derive(Debug)]
 pub(crate) struct Row {
-    /// Its name in below's tree: [`display_name`], made unique among its
-    /// siblings.
+    /// [`display_name`] of its directory's name.
     pub(crate) name: String,
     /// Those names joined, relative to the root ("" for the root): what
     /// below shows and the patterns match.
@@ -44,8 +42,6 @@ pub(crate) struct Row {
     /// The directory's own bytes relative to the root: learnt once, so a
     /// file read by path never costs a walk.
     pub(crate) raw: PathBuf,
-    /// The parent's id (the root: its own).
-    parent: u64,
     /// Matches the always-keep pattern of top-N.
     pub(crate) always: bool,
     filtered: bool,
@@ -85,9 +81,6 @@ struct Nested {
 #[derive(Debug, Default)]
 pub(crate) struct Table {
     rows: IdMap<Row>,
-    /// The id holding each (parent id, name): names are unique among
-    /// siblings.
-    names: HashMap<(u64, String), u64>,
     /// This sample's cgroups in pre-order: id and parent position; the
     /// root first.
     ids: Vec<u64>,
@@ -136,10 +129,7 @@ impl Table {
     ) -> Option<usize> {
         let pos = self.ids.len();
         if !self.rows.contains_key(&id) {
-            let row = self.learn(id, parent, name());
-            if parent.is_some() {
-                self.names.insert((row.parent, row.name.clone()), id);
-            }
+            let row = self.learn(parent, name());
             self.rows.insert(id, row);
         }
         let row = self.rows.get_mut(&id).expect("inserted above");
@@ -184,37 +174,25 @@ impl Table {
     /// Ends the index: cgroups not visited are forgotten.
     pub(crate) fn end(&mut self) {
         let index = self.index;
-        let names = &mut self.names;
-        self.rows.retain(|&id, r| {
-            let keep = r.seen == index;
-            if !keep {
-                let key = (r.parent, std::mem::take(&mut r.name));
-                if names.get(&key) == Some(&id) {
-                    names.remove(&key);
-                }
-            }
-            keep
-        });
+        self.rows.retain(|_, r| r.seen == index);
         self.samples.truncate(self.ids.len());
     }
 
-    /// What a newly seen cgroup `id` under `parent`, named `raw`, is.
-    fn learn(&self, id: u64, parent: Option<usize>, raw: OsString) -> Row {
+    /// What a newly seen cgroup under `parent`, named `raw`, is.
+    fn learn(&self, parent: Option<usize>, raw: OsString) -> Row {
         let Some(p) = parent else {
             return Row {
                 name: String::new(),
                 path: String::new(),
                 raw: PathBuf::new(),
-                parent: id,
                 always: false,
                 filtered: false,
                 seen: 0,
                 pos: 0,
             };
         };
-        let parent_id = self.ids[p];
-        let parent_row = &self.rows[&parent_id];
-        let name = self.unique_name(parent_id, id, display_name(&raw).into_owned());
+        let parent_row = &self.rows[&self.ids[p]];
+        let name = display_name(&raw).into_owned();
         let path = match parent_row.path.is_empty() {
             true => name.clone(),
             false => format!("{}/{name}", parent_row.path),
@@ -226,28 +204,9 @@ impl Table {
             name,
             path,
             raw: parent_row.raw.join(raw),
-            parent: parent_id,
             seen: 0,
             pos: 0,
         }
-    }
-
-    /// `name` for cgroup `id` under `parent`, or, when a sibling holds it
-    /// (a name that is not UTF-8 shown as one that is), with `#ID` added:
-    /// the cgroup seen first keeps the plain name.
-    fn unique_name(&self, parent: u64, id: u64, name: String) -> String {
-        let taken = |n: &String| self.names.contains_key(&(parent, n.clone()));
-        if !taken(&name) {
-            return name;
-        }
-        let mut unique = format!("{name}#{id}");
-        // Only a name chosen to collide with the first choice gets here.
-        let mut k = 1;
-        while taken(&unique) {
-            unique = format!("{name}#{id}.{k}");
-            k += 1;
-        }
-        unique
     }
 
     /// Cgroups in this sample (kept ones, after [`Table::retain`]).
@@ -352,7 +311,7 @@ impl Table {
             let names: Vec<&str> = (0..self.ids.len())
                 .map(|p| self.rows[&self.ids[p]].name.as_str())
                 .collect();
-            let (root, order) = build(&self.parents, &names, &mut self.samples);
+            let (root, order) = build(&self.parents, &names, &self.ids, &mut self.samples);
             self.tree.root = root;
             self.tree.order = order.into_iter().map(|p| self.ids[p]).collect();
         }
@@ -396,12 +355,16 @@ fn visit(node: &mut CgroupSample, f: &mut impl FnMut(&mut CgroupSample)) {
     }
 }
 
-/// below's nested tree from pre-order `parents`, `names` (unique among
-/// siblings) and `samples` (moved out), and the position of each of its
-/// nodes in its pre-order.
+/// below's nested tree from pre-order `parents`, `names`, `ids` and
+/// `samples` (moved out), and the position of each of its nodes in its
+/// pre-order. Siblings that show alike (a name that is not UTF-8 beside
+/// one spelt like its escape, or a cgroup removed and made again while an
+/// old row is kept) stay apart: the lowest id keeps the name, the others
+/// get `#ID`, the same in every backend.
 fn build(
     parents: &[Option<usize>],
     names: &[&str],
+    ids: &[u64],
     samples: &mut [CgroupSample],
 ) -> (CgroupSample, Vec<usize>) {
     let n = parents.len();
@@ -412,7 +375,12 @@ fn build(
     // a BTreeMap collected from sorted pairs is built in bulk, with no
     // shifting of (large) samples inside its nodes as inserts would do.
     let mut order: Vec<usize> = (1..n).collect();
-    order.sort_unstable_by(|&a, &b| (parents[a], names[a]).cmp(&(parents[b], names[b])));
+    let key = |i: usize| (parents[i], names[i], ids[i]);
+    order.sort_unstable_by(|&a, &b| key(a).cmp(&key(b)));
+    let (names, renamed) = unique_names(&order, parents, names, ids);
+    if renamed {
+        order.sort_unstable_by(|&a, &b| (parents[a], &names[a]).cmp(&(parents[b], &names[b])));
+    }
     let mut start = vec![0; n + 1];
     for &i in &order {
         start[parents[i].expect("only the root has no parent") + 1] += 1;
@@ -432,17 +400,51 @@ fn build(
     for p in (0..n).rev() {
         let map: BTreeMap<String, CgroupSample> = children(p)
             .iter()
-            .map(|&c| (names[c].to_owned(), std::mem::take(&mut samples[c])))
+            .map(|&c| (names[c].to_string(), std::mem::take(&mut samples[c])))
             .collect();
         samples[p].children = Some(map);
     }
     (std::mem::take(&mut samples[0]), preorder)
 }
 
+/// `names` as below's tree shows them: of siblings that show alike
+/// (`order` sorts by parent, name, id) the first keeps the name, the others
+/// get `#ID` (`#ID.K` while a sibling has that). Also whether any did.
+fn unique_names<'a>(
+    order: &[usize],
+    parents: &[Option<usize>],
+    names: &[&'a str],
+    ids: &[u64],
+) -> (Vec<Cow<'a, str>>, bool) {
+    let mut out: Vec<Cow<str>> = names.iter().map(|&s| Cow::Borrowed(s)).collect();
+    let mut renamed = false;
+    for w in order.windows(2) {
+        let (a, b) = (w[0], w[1]);
+        if parents[a] != parents[b] || names[a] != names[b] {
+            continue;
+        }
+        // Only names chosen to collide get here: a scan of the tree is fine.
+        let taken = |n: &str| {
+            order
+                .iter()
+                .any(|&s| parents[s] == parents[b] && out[s] == n)
+        };
+        let mut name = format!("{}#{}", names[b], ids[b]);
+        let mut k = 1;
+        while taken(&name) {
+            name = format!("{}#{}.{k}", names[b], ids[b]);
+            k += 1;
+        }
+        out[b] = Cow::Owned(name);
+        renamed = true;
+    }
+    (out, renamed)
+}
+
 /// A directory's name as below's tree shows it: UTF-8 as it is; otherwise
 /// each byte that is not part of valid UTF-8 as `\xNN` and `\` as `\\`,
 /// so two names that are not UTF-8 never show alike. (One can still show
-/// as a UTF-8 name beside it does: [`Table`] adds `#ID` then.)
+/// as a UTF-8 name beside it does: [`build`] adds `#ID` then.)
 pub(crate) fn display_name(raw: &OsStr) -> Cow<'_, str> {
     if let Some(s) = raw.to_str() {
         return Cow::Borrowed(s);

@@ -227,7 +227,7 @@ fn names_that_are_not_utf8_show_escaped_and_distinct() {
 
 /// Siblings that show alike (`n\xff` not UTF-8, `n\xff` spelt out) stay two
 /// cgroups with their own samples, sample after sample (the tree updated in
-/// place), and the name is free again once the first is gone.
+/// place): the lower id keeps the name, whichever is seen first.
 #[test]
 fn siblings_that_show_alike_stay_apart() {
     use std::os::unix::ffi::OsStrExt;
@@ -252,7 +252,7 @@ fn siblings_that_show_alike_stay_apart() {
     };
     let mut t = Table::default();
     for tids in [100, 200] {
-        run(&mut t, &[2, 3], tids);
+        run(&mut t, &[3, 2], tids);
         let (root, how) = t.take_tree();
         let children = root.children.as_ref().unwrap();
         assert_eq!(children.len(), 2, "{children:?}");
@@ -262,10 +262,21 @@ fn siblings_that_show_alike_stay_apart() {
         assert_eq!(how == TreeBuild::InPlace, tids == 200);
         t.give_back(root);
     }
-    // Once 2 and 3 are gone, the first seen takes the plain name.
-    run(&mut t, &[], 300);
-    run(&mut t, &[5, 4], 400);
+    run(&mut t, &[5, 4], 300);
     let children = t.take_tree().0.children.unwrap();
-    assert_eq!(children["n\\xff"].inode_number, Some(5));
-    assert_eq!(children["n\\xff#4"].inode_number, Some(4));
+    assert_eq!(children["n\\xff"].inode_number, Some(4));
+    assert_eq!(children["n\\xff#5"].inode_number, Some(5));
+}
+
+/// A cgroup removed and made again under its name (a new id) shows under
+/// that name, not as a second one.
+#[test]
+fn a_name_made_again_keeps_its_name() {
+    let mut t = Table::default();
+    let tree = |id| [(1, None, ""), (id, Some(0), "c0")];
+    index(&mut t, &tree(2), 0);
+    index(&mut t, &tree(3), 0);
+    let root = t.take_tree().0;
+    assert_eq!(root.children.as_ref().unwrap().len(), 1);
+    assert_eq!(node(&root, &["c0"]).inode_number, Some(3));
 }
