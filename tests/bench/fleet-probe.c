@@ -18,9 +18,11 @@
  *       DIR/home, rmdir DIR/pN. Run it from DIR/home. Prints latency
  *       percentiles per cycle and per operation (ms). With STALLS: when an
  *       operation has taken STALL_MS, appends to STALLS where it waits in
- *       the kernel (its /proc stack), every task in D state and every
- *       thread of cgroup WATCH (the recorder's), with their stacks: what
- *       the operation waits for and who holds it.
+ *       the kernel (its /proc stack), every task in D or R state and every
+ *       thread of cgroup WATCH (the recorder's), with their stacks and
+ *       current syscalls: what the operation waits for and who holds it (a
+ *       runnable task not on a CPU shows its stack; one on a CPU, its
+ *       syscall).
  *   fleet-probe work DIR NWORKERS SECS
  *       NWORKERS processes, each in its own DIR/wN, each looping over a
  *       fixed CPU + memory unit. Prints units per second (all workers).
@@ -260,6 +262,12 @@ static void dump_task(FILE *f, const char *pid, const char *tid)
 	if (close_paren && close_paren[1] && close_paren[2])
 		close_paren[3] = 0;
 	fprintf(f, "  task %s: %s\n", tid, buf);
+	snprintf(path, sizeof(path), "/proc/%s/task/%s/syscall", pid, tid);
+	if ((in = fopen(path, "r"))) {
+		if (fgets(buf, sizeof(buf), in))
+			fprintf(f, "    syscall: %s", buf);
+		fclose(in);
+	}
 	snprintf(path, sizeof(path), "/proc/%s/task/%s/stack", pid, tid);
 	if (!(in = fopen(path, "r")))
 		return;
@@ -317,7 +325,7 @@ static void dump_stall(long seq, double waited)
 			fclose(in);
 		}
 	}
-	fprintf(f, " in D state:\n");
+	fprintf(f, " in D or R state:\n");
 	if ((procs = opendir("/proc"))) {
 		while ((p = readdir(procs))) {
 			if (!is_number(p->d_name))
@@ -326,8 +334,10 @@ static void dump_stall(long seq, double waited)
 			if (!(tasks = opendir(path)))
 				continue;
 			while ((t = readdir(tasks))) {
-				if (is_number(t->d_name) && strcmp(t->d_name, self) &&
-				    task_state(p->d_name, t->d_name) == 'D')
+				char st = is_number(t->d_name) && strcmp(t->d_name, self) ?
+						  task_state(p->d_name, t->d_name) : 0;
+
+				if (st == 'D' || st == 'R')
 					dump_task(f, p->d_name, t->d_name);
 			}
 			closedir(tasks);
