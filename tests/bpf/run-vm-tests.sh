@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Usage: tests/bpf/run-vm-tests.sh [STAGE[:KERNEL]]...
 #   (default: full facts compare:debian-7.2 numa fallback:debian-6.12 fallback:debian-6.1
-#    parity parity:debian-6.1 parity:patched psi;
+#    parity parity:debian-6.1 psi parity:patched: the patched kernel last,
+#    as tests/prebuild.sh builds it meanwhile;
 #    `./x test --full` adds parity:debian-7.2 parity:debian-6.12 psi:patched)
 # Runs the acceptance driver bstats-check (below/testkit) in QEMU guests
 # through tests/vm/run.sh (KERNEL: a tests/vm/kernel.sh name):
@@ -34,7 +35,7 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 stages=("$@")
 [ ${#stages[@]} -gt 0 ] || stages=(full facts compare:debian-7.2 numa fallback:debian-6.12 fallback:debian-6.1
-  parity parity:debian-6.1 parity:patched psi)
+  parity parity:debian-6.1 psi parity:patched)
 
 host() {
   (cd "$REPO_ROOT" && cargo test -q --locked -p bstats-collector --test host_fallback -- --nocapture)
