@@ -76,6 +76,17 @@ build_release() {
   export BSTATS_RELEASE_BUILT=1
 }
 
+# The collector's unit-test binary (release), for the tests that need a
+# guest kernel (the facts, the walk, hostile names); prints its path.
+collector_test_binary() {
+  local bin
+  bin=$(cd "$REPO_ROOT" && cargo test --release --locked -p bstats-collector --lib --no-run 2>&1 |
+    sed -n 's/.*Executable unittests src\/lib.rs (\(.*\))$/\1/p') || return 1
+  [ -n "$bin" ] || return 1
+  case "$bin" in /*) ;; *) bin=$REPO_ROOT/$bin ;; esac
+  printf '%s\n' "$bin"
+}
+
 # ---- unit tests as a normal user ------------------------------------------------
 # Every test binary of `cargo test --workspace`, run as nobody the way cargo
 # runs it (in its package's directory, CARGO_MANIFEST_DIR set): nothing may

@@ -17,11 +17,10 @@ step() {
   local t0=$SECONDS
   if "$@" >/dev/null; then log "$1 $2: $((SECONDS - t0)) s"; else log "$1 $2: failed (the suite will say why)"; fi
 }
-facts_binary() { (cd "$REPO_ROOT" && cargo test --release --locked -p bstats-collector --lib --no-run 2>&1); }
 upstream_test_binaries() {
   (flock 8; ucargo "$(upstream_tree patched)" test --release --no-run 2>&1) 8>"$UP/.lock"
 }
-step facts_binary "(the bpf suite's facts stage)"
+step collector_test_binary "(the facts stage's)"
 step "$REPO_ROOT/tests/vm/kernel.sh" patched
 if upstream_available; then
   step upstream_binary patched

@@ -55,10 +55,7 @@ guest() {
 # facts KERNEL: the unit test binary (built here) in a guest.
 facts() {
   local bin
-  bin=$(cd "$REPO_ROOT" && cargo test --release --locked -p bstats-collector --lib --no-run 2>&1 |
-    sed -n 's/.*Executable unittests src\/lib.rs (\(.*\))$/\1/p') || return 1
-  [ -n "$bin" ] || return 1
-  case "$bin" in /*) ;; *) bin=$REPO_ROOT/$bin ;; esac
+  bin=$(collector_test_binary) || return 1
   "$REPO_ROOT/tests/vm/run.sh" --kernel "$1" --timeout 1500 --add "$bin:/bpf-stats-test" \
     -- /bpf-stats-test --test-threads 1 bpf::facts_test bpf::kernel bpf::walk_test names_test
 }

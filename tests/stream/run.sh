@@ -4,8 +4,9 @@
 # and hung-task checking on), then our stream backend end to end: in the
 # patched guest, stream values equal plain read on frozen cgroups and
 # `below record --cgroup-backend stream` records a store that replays (on
-# the host, in tmux), and live parity holds for what streams serve; in the
-# stock 7.3 guest, forcing stream fails with the reason.
+# the host, in tmux), live parity holds for what streams serve, and cgroups
+# named with bytes that are not UTF-8 stay apart; in the stock 7.3 guest,
+# forcing stream fails with the reason.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 here=$REPO_ROOT/tests/stream
@@ -51,6 +52,15 @@ stream_parity() {
     /bstats-check parity 12 --top 5 --backend stream --plant swap --plant stale
 }
 
+# Cgroup names that are not UTF-8 (the collector's names_test) with every
+# backend, stream included.
+hostile_names() {
+  local bin
+  bin=$(collector_test_binary) || return 1
+  "$vm/run.sh" --kernel "$kernel" --timeout 300 --add "$bin:/collector-test" -- \
+    /collector-test --test-threads 1 --exact names_test::names_that_are_not_utf8_stay_distinct_cgroups
+}
+
 unavailable_on_stock() {
   "$vm/run.sh" --kernel debian-7.3 --timeout 120 --add "$BELOW_BIN:/below" -- \
     sh -c '! /below --cgroup-backend stream record --count 1 2>/tmp/err; cat /tmp/err; grep -q "no stream files" /tmp/err'
@@ -61,5 +71,6 @@ check "kselftest + dmesg ($kernel)" kselftest
 check "patched guest: stream == read, record" compare_and_record
 check "host: replay the guest's store" replay
 check "patched guest: stream live parity" stream_parity
+check "patched guest: names that are not UTF-8, every backend" hostile_names
 check "stock 7.3 guest: --cgroup-backend stream is unavailable" unavailable_on_stock
 tally_summary

@@ -98,7 +98,8 @@ fn collector(root: &Path, backend: BackendChoice) -> Option<CgroupCollector> {
         backend,
         collect_io_stat: false,
         filter: None,
-        stream_interval: None,
+        // Streams on while this runs, where the kernel has them.
+        stream_interval: Some(std::time::Duration::from_millis(200)),
         top: None,
     };
     match CgroupCollector::new(&opts) {
