@@ -358,9 +358,8 @@ fn visit(node: &mut CgroupSample, f: &mut impl FnMut(&mut CgroupSample)) {
 /// below's nested tree from pre-order `parents`, `names`, `ids` and
 /// `samples` (moved out), and the position of each of its nodes in its
 /// pre-order. Siblings that show alike (a name that is not UTF-8 beside
-/// one spelt like its escape, or a cgroup removed and made again while an
-/// old row is kept) stay apart: the lowest id keeps the name, the others
-/// get `#ID`, the same in every backend.
+/// one spelt like its escape) stay apart: the lowest id keeps the name,
+/// the others get `#ID`, the same in every backend.
 fn build(
     parents: &[Option<usize>],
     names: &[&str],
