@@ -42,6 +42,8 @@ PKGS_TEST=(tmux util-linux python3 shellcheck dpkg-dev binutils strace lsb-relea
 PKGS_VM=(qemu-system-x86 busybox-static cpio xz-utils zstd bpftool debian-archive-keyring)
 # Building our own kernel (tests/vm/kernel.sh patched).
 PKGS_KERNEL=(build-essential patch flex bison bc libelf-dev libssl-dev dwarves python3)
+# Building below main (tests/upstream): bindgen's runtime libclang.
+PKGS_UPSTREAM=(libclang-19-dev clang-19 libelf-dev zlib1g-dev pkg-config git jq)
 
 # install_pkgs PKG...: apt-get installs those not installed; apt-get update
 # runs only when something is missing.
@@ -53,8 +55,10 @@ install_pkgs() {
   [ ${#missing[@]} -gt 0 ] || return 0
   log "installing ${missing[*]}"
   [ "$(id -u)" = 0 ] || die "installing packages needs root"
-  DEBIAN_FRONTEND=noninteractive apt-get update -q >&2
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}" >&2
+  # tests/prebuild.sh may install at the same time: wait for dpkg's lock.
+  DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 update -q >&2
+  DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -q \
+    --no-install-recommends "${missing[@]}" >&2
 }
 
 # ---- release binaries -----------------------------------------------------------

@@ -93,7 +93,7 @@ nightly_rustfmt() {
 
 # Harness packages: bindgen's runtime feature dlopens libclang.so.
 upstream_deps() {
-  install_pkgs libclang-19-dev clang-19 libelf-dev zlib1g-dev pkg-config git jq
+  install_pkgs "${PKGS_UPSTREAM[@]}"
   mkdir -p "$UP/shim"
   # libbpf-cargo runs `clang`; Debian names it clang-19.
   ln -sf "$(command -v clang-19)" "$UP/shim/clang"
