@@ -27,7 +27,8 @@ Components: main
 Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
 SRC
   fi
-  "$tool" -q -o Dir::Etc::sourcelist="$d/$suite.sources" -o Dir::Etc::sourceparts=/dev/null \
+  # One apt per suite at a time (tests/prebuild.sh fetches beside a suite).
+  flock "$d/.lock" "$tool" -q -o Dir::Etc::sourcelist="$d/$suite.sources" -o Dir::Etc::sourceparts=/dev/null \
     -o Dir::State::Lists="$d/lists" -o Dir::Cache="$d/cache" \
     -o Dir::State::status=/dev/null -o APT::Sandbox::User=root \
     -o APT::Architecture=amd64 -o APT::Architectures::=amd64 "$@"
