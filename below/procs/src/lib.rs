@@ -3,8 +3,8 @@
 //! numbers; user space sums each thread group as /proc/PID/stat does and
 //! fills below's `procfs::PidInfo` unchanged — every field fb_procfs
 //! fills. The exe link is read once per process image (cached by pid,
-//! start time and the executable's inode); cgroup paths from the cgroup id
-//! through a cache of the cgroup tree, rescanned when an id is new.
+//! start time and the executable's inode); cgroup paths from the cgroup id,
+//! resolved once per cgroup from a process in it.
 //!
 //! What a kernel lacks is found by the program itself (CO-RE facts in the
 //! pass's first record); `ProcessBackend::Auto` falls back to fb_procfs
@@ -264,7 +264,7 @@ impl BpfProcesses {
             } else {
                 decode::cmdline(p, cmd)
             };
-            info.cgroup = match self.cgroups.path(p.cgroup_id) {
+            info.cgroup = match self.cgroups.path(p.cgroup_id, pid) {
                 Some(path) => path,
                 None => from_proc!(procfs.read_pid_cgroup(pid as u32)),
             };
@@ -287,68 +287,65 @@ impl BpfProcesses {
 }
 
 /// cgroup id (the kernfs id: the directory's inode number) → path below
-/// the cgroup root as /proc/PID/cgroup prints it; rescanned on a new id,
-/// at most once per pass: under container churn a process's cgroup may be
-/// gone (or made) since the scan, and a rescan per such process would walk
-/// the whole tree again for each (the caller reads /proc/PID/cgroup).
+/// the cgroup root as /proc/PID/cgroup prints it, for the cgroups that hold
+/// processes. A new id is resolved from the process that is in it: its
+/// /proc/PID/cgroup, kept only if the directory there has that id (the
+/// process may have moved since the pass). Walking the tree instead costs
+/// a directory read per cgroup — thousands, under container churn every
+/// sample — where this costs a few syscalls per new cgroup.
 struct CgroupPaths {
     root: PathBuf,
-    paths: HashMap<u64, String>,
-    scanned: bool,
+    /// Ids met in this pass.
+    now: HashMap<u64, String>,
+    /// Ids met in the last pass; what this pass does not meet is dropped.
+    last: HashMap<u64, String>,
 }
 
 impl CgroupPaths {
     fn new(root: &Path) -> Self {
         CgroupPaths {
             root: root.to_owned(),
-            paths: HashMap::new(),
-            scanned: false,
+            now: HashMap::new(),
+            last: HashMap::new(),
         }
     }
 
-    /// A new pass may rescan again.
     fn next_pass(&mut self) {
-        self.scanned = false;
+        self.last = std::mem::take(&mut self.now);
     }
 
-    fn path(&mut self, id: u64) -> Option<String> {
-        if !self.paths.contains_key(&id) && !self.scanned {
-            self.paths.clear();
-            scan(&self.root, "", &mut self.paths);
-            self.scanned = true;
+    /// The path of cgroup `id`, which holds process `pid`; None if the
+    /// process is gone.
+    fn path(&mut self, id: u64, pid: i32) -> Option<String> {
+        if let Some(p) = self.now.get(&id) {
+            return Some(p.clone());
         }
-        self.paths.get(&id).cloned()
+        if let Some(p) = self.last.remove(&id) {
+            self.now.insert(id, p.clone());
+            return Some(p);
+        }
+        let path = proc_cgroup_path(Path::new(&format!("/proc/{pid}/cgroup")))?;
+        if self.id_of(&path) == Some(id) {
+            self.now.insert(id, path.clone());
+        }
+        Some(path)
+    }
+
+    fn id_of(&self, path: &str) -> Option<u64> {
+        use std::os::unix::fs::MetadataExt;
+        let dir = self.root.join(path.trim_start_matches('/'));
+        std::fs::symlink_metadata(dir).ok().map(|m| m.ino())
     }
 }
 
-/// Every cgroup directory under `dir` by inode number. Directories that
-/// vanish while scanned are skipped.
-fn scan(dir: &Path, rel: &str, paths: &mut HashMap<u64, String>) {
-    use std::os::unix::fs::MetadataExt;
-    let Ok(meta) = std::fs::metadata(dir) else {
-        return;
-    };
-    paths.insert(
-        meta.ino(),
-        if rel.is_empty() {
-            "/".into()
-        } else {
-            rel.into()
-        },
-    );
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return;
-    };
-    for e in entries.flatten() {
-        if e.file_type().is_ok_and(|t| t.is_dir()) {
-            let name = e.file_name();
-            scan(
-                &e.path(),
-                &format!("{rel}/{}", name.to_string_lossy()),
-                paths,
-            );
-        }
-    }
+/// The cgroup2 path in a /proc/PID/cgroup file (its `0::` line), names
+/// that are not UTF-8 converted lossily as fb_procfs's readers show them.
+fn proc_cgroup_path(file: &Path) -> Option<String> {
+    let text = std::fs::read(file).ok()?;
+    let line = text
+        .split(|&b| b == b'\n')
+        .find_map(|l| l.strip_prefix(b"0::"))?;
+    Some(String::from_utf8_lossy(line).into_owned())
 }
 
 #[cfg(test)]
@@ -370,22 +367,39 @@ mod test {
         assert!(!why.contains("task_struct"), "{why}");
     }
 
-    /// A directory tree stands for the cgroup tree: a cgroup made since the
-    /// pass's scan is found from the next pass on, not by a rescan per id.
+    /// A directory tree stands for the cgroup tree: this process's
+    /// /proc/self/cgroup path made under it gives that directory's id.
     #[test]
-    fn cgroup_paths_rescan_once_per_pass() {
+    fn cgroup_paths_resolve_by_process_and_check_the_id() {
         use std::os::unix::fs::MetadataExt;
+        let own = proc_cgroup_path(Path::new("/proc/self/cgroup")).unwrap();
         let root = tempfile::tempdir().unwrap();
-        let ino = |rel: &str| std::fs::metadata(root.path().join(rel)).unwrap().ino();
-        std::fs::create_dir(root.path().join("a")).unwrap();
+        let dir = root.path().join(own.trim_start_matches('/'));
+        std::fs::create_dir_all(&dir).unwrap();
+        let id = std::fs::metadata(&dir).unwrap().ino();
+        let pid = std::process::id() as i32;
         let mut paths = CgroupPaths::new(root.path());
+        assert_eq!(paths.path(id, pid).as_deref(), Some(own.as_str()));
+        assert!(paths.now.contains_key(&id), "a checked id is kept");
+        // An id the directory does not have (the process moved): the
+        // process's path is still given, not kept for the id.
+        assert_eq!(paths.path(id + 1, pid).as_deref(), Some(own.as_str()));
+        assert!(!paths.now.contains_key(&(id + 1)));
+        // Kept across one pass without a process in it, dropped after.
         paths.next_pass();
-        assert_eq!(paths.path(ino("a")).as_deref(), Some("/a"));
-        std::fs::create_dir(root.path().join("b")).unwrap();
-        assert_eq!(paths.path(ino("b")), None, "rescanned within the pass");
         paths.next_pass();
-        assert_eq!(paths.path(ino("b")).as_deref(), Some("/b"));
-        assert_eq!(paths.path(ino("a")).as_deref(), Some("/a"));
+        assert!(paths.now.is_empty() && paths.last.is_empty());
+        assert_eq!(paths.path(id, i32::MAX), None, "gone process, unknown id");
+    }
+
+    #[test]
+    fn proc_cgroup_takes_the_cgroup2_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("cgroup");
+        std::fs::write(&f, b"12:pids:/v1\n0::/a/b\xff\n").unwrap();
+        assert_eq!(proc_cgroup_path(&f).as_deref(), Some("/a/b\u{FFFD}"));
+        std::fs::write(&f, b"12:pids:/v1\n").unwrap();
+        assert_eq!(proc_cgroup_path(&f), None);
     }
 
     #[test]
