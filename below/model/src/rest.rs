@@ -14,6 +14,7 @@ use anyhow::Context;
 use model::Sample;
 use model::SystemSample;
 use slog::error;
+use slog::warn;
 
 /// What the OS release string is read from (by `lsb_release` and
 /// `os_info`'s file fallback): it changes only when one of these does.
@@ -82,6 +83,20 @@ fn all_zero(d: &procfs::DiskStat) -> bool {
 
 /// Logs a reader's error, as below's collector does for the parts a sample
 /// can go without.
+/// A failed task-iterator pass costs this sample its BPF processes, not
+/// the sample: they are read from /proc, and the next sample tries the
+/// pass again (as a failed cgroup pass falls back to the files).
+fn or_procfs(
+    logger: &slog::Logger,
+    pass: anyhow::Result<procfs::PidMap>,
+    procs: &procfs::ProcReader,
+) -> anyhow::Result<procfs::PidMap> {
+    pass.or_else(|e| {
+        warn!(logger, "processes from /proc for this sample: {:#}", e);
+        Ok(procs.read_all_pids()?)
+    })
+}
+
 fn logged<T, E: std::fmt::Display>(logger: &slog::Logger, r: Result<T, E>) -> Option<T> {
     r.map_err(|e| error!(logger, "{:#}", e)).ok()
 }
@@ -126,7 +141,7 @@ impl Rest {
         let o = &self.opts;
         let mut lap = crate::Lap::start();
         let mut processes = match &mut self.processes {
-            Some(p) => p.read_all_pids(&self.procs)?,
+            Some(p) => or_procfs(logger, p.read_all_pids(&self.procs), &self.procs)?,
             None => self.procs.read_all_pids()?,
         };
         // Drained every sample, or exits pile up; a pid procfs still has
@@ -263,6 +278,18 @@ mod test {
 
     /// With either process backend (BPF where this kernel and the user
     /// allow it: auto falls back to procfs otherwise).
+    #[test]
+    fn a_failed_task_pass_reads_proc_for_the_sample() {
+        let procs = procfs::ProcReader::new();
+        let me = std::process::id() as i32;
+        let got = or_procfs(&logger(), Err(anyhow::anyhow!("pass failed")), &procs).unwrap();
+        assert!(got.contains_key(&me), "this process from /proc");
+        let mut one = procfs::PidMap::new();
+        one.insert(1, procfs::PidInfo::default());
+        let kept = or_procfs(&logger(), Ok(one), &procs).unwrap();
+        assert_eq!(kept.len(), 1, "a pass that worked is kept as it is");
+    }
+
     #[test]
     fn exits_fill_in_pids_procfs_lacks() {
         for backend in [
