@@ -15,7 +15,7 @@
 # The benchmark's own cgroups (bench.slice, probe.slice, work.slice) are
 # outside the NCG.
 #
-# Per recorder KEY in turn (none, below09, main-bpf, bpf, bpf-locked, read; a key whose
+# Per recorder KEY in turn (none, spin, below09, main-bpf, bpf, bpf-locked, read, bpf-before; a key whose
 # binary is absent is written as skipped): the recorder in its own cgroup
 # (bench.slice/KEY), `record -i 1` with exitstats off, one sample of
 # warm-up, then ROUNDS rounds back to back of the workload's view: the
@@ -48,9 +48,14 @@ set -eu
 NCG=$1 NPROCS=$2 ROUNDS=$3 WINDOW=$4 WORKERS=$5
 shift 5
 # shellcheck source=tests/vm/guest-lib.sh
-. /guest-lib.sh
-P=/fleet-probe
-OUT=/out/fleet
+. "${FLEET_LIB:-/guest-lib.sh}"
+# On this machine natively (run.sh --fleet-native) these name the subtree
+# the tree is made in, the files and the binaries; in a guest, the defaults.
+CG=${FLEET_CG:-$CG}
+P=${FLEET_PROBE:-/fleet-probe}
+OUT=${FLEET_OUT:-/out/fleet}
+BIN=${FLEET_BIN_DIR:-/bin}
+T=${FLEET_TMP:-/tmp}
 mkdir -p "$OUT"
 uptime_s() { cut -d' ' -f1 /proc/uptime; }
 boot_s=$(uptime_s)
@@ -58,14 +63,14 @@ boot_s=$(uptime_s)
 # The controllers a systemd host enables, as far as this kernel has them.
 CTL=
 for c in cpu memory io pids; do
-  if grep -qw $c $CG/cgroup.subtree_control; then CTL="$CTL +$c"; fi
+  if grep -qw $c "$CG"/cgroup.subtree_control; then CTL="$CTL +$c"; fi
 done
 CTL=${CTL# }
 
 # ---- the tree -------------------------------------------------------------------
 # One awk run plans it: "DEPTH parent|leaf PATH" per cgroup, parents before
 # their children; exactly NCG lines (spare ones become system services).
-plan=/tmp/fleet-plan
+plan=$T/fleet-plan
 awk -v n="$NCG" 'BEGIN {
   s = int(n / 50); if (s < 10) s = 10
   u = int(n / 1000); if (u < 1) u = 1
@@ -88,42 +93,43 @@ awk -v n="$NCG" 'BEGIN {
     print 3, "parent", m "/system.slice"
     for (a = 1; a <= 4; a++) printf "4 leaf %s/system.slice/svc-%d.service\n", m, a
   }
-}' > $plan
-[ "$(wc -l < $plan)" = "$NCG" ] || { echo "fleet: planned $(wc -l < $plan) cgroups, not $NCG"; exit 1; }
+}' > "$plan"
+[ "$(wc -l < "$plan")" = "$NCG" ] || { echo "fleet: planned $(wc -l < "$plan") cgroups, not $NCG"; exit 1; }
 t0=$(uptime_s)
 # Depth by depth: one mkdir per batch (xargs), then the parents' controllers
 # before their children exist.
 for d in 1 2 3 4 5; do
-  awk -v d=$d -v r=$CG '$1 == d { print r "/" $3 }' $plan | xargs -r mkdir
-  awk -v d=$d -v r=$CG '$1 == d && $2 == "parent" { print r "/" $3 }' $plan > /tmp/fleet-parents
-  while read -r p; do echo "$CTL" > "$p/cgroup.subtree_control"; done < /tmp/fleet-parents
+  awk -v d=$d -v r="$CG" '$1 == d { print r "/" $3 }' "$plan" | xargs -r mkdir
+  awk -v d=$d -v r="$CG" '$1 == d && $2 == "parent" { print r "/" $3 }' "$plan" > "$T"/fleet-parents
+  while read -r p; do echo "$CTL" > "$p/cgroup.subtree_control"; done < "$T"/fleet-parents
 done
 # The benchmark's own cgroups.
-for s in bench.slice probe.slice work.slice; do mkdir $CG/$s; echo "$CTL" > $CG/$s/cgroup.subtree_control; done
-mkdir $CG/probe.slice/home
+for s in bench.slice probe.slice work.slice; do mkdir "$CG"/$s; echo "$CTL" > "$CG"/$s/cgroup.subtree_control; done
+mkdir "$CG"/probe.slice/home
 t1=$(uptime_s)
 
 # ---- the processes ------------------------------------------------------------------
 # Process i in leaf floor(i * leaves / NPROCS): even, in the plan's order.
-awk '$2 == "leaf" { print $3 }' $plan | grep -v '^machine.slice/runtime.slice/' > /tmp/fleet-leaves
-awk -v n="$NPROCS" -v r=$CG '{ l[NR] = $0 } END {
-  for (i = 0; i < n; i++) print r "/" l[int(i * NR / n) + 1] }' /tmp/fleet-leaves > /tmp/fleet-procs
-started=$($P spawn 5 < /tmp/fleet-procs)
+awk '$2 == "leaf" { print $3 }' "$plan" | grep -v '^machine.slice/runtime.slice/' > "$T"/fleet-leaves
+awk -v n="$NPROCS" -v r="$CG" '{ l[NR] = $0 } END {
+  for (i = 0; i < n; i++) print r "/" l[int(i * NR / n) + 1] }' "$T"/fleet-leaves > "$T"/fleet-procs
+started=$($P spawn 5 < "$T"/fleet-procs)
 [ "$started" = "$NPROCS" ] || { echo "fleet: started $started processes, not $NPROCS"; exit 1; }
 t2=$(uptime_s)
 
-R=$CG/machine.slice/runtime.slice
-sh -c 'echo $$ > "$1/driver/cgroup.procs"; exec "$2" churn "$1" 100 50' churn "$R" $P > /tmp/churn.out &
+R="$CG"/machine.slice/runtime.slice
+sh -c 'echo $$ > "$1/driver/cgroup.procs"; exec "$2" churn "$1" 100 50' churn "$R" "$P" > "$T"/churn.out &
 churn_pid=$!
 
 # (the kernel's count: a find would stat every file of 5,000 cgroups)
-count_dirs() { awk '$1 == "nr_descendants" { print $2 }' $CG/cgroup.stat; }
+count_dirs() { awk '$1 == "nr_descendants" { print $2 }' "$CG"/cgroup.stat; }
 # (in subshells: set -- would replace the recorder keys)
 tasks=$(set -- /proc/[0-9]*/task/[0-9]*; echo $#)
 procs=$(set -- /proc/[0-9]*; echo $#)
 {
   echo "vcpus=$(nproc)"
-  echo "boot_s=$boot_s"
+  # (natively, the host's uptime: not a boot of ours)
+  [ -n "${FLEET_CG:-}" ] || echo "boot_s=$boot_s"
   echo "tree_s=$(awk -v a="$t0" -v b="$t1" 'BEGIN { print b - a }')"
   echo "procs_s=$(awk -v a="$t1" -v b="$t2" 'BEGIN { print b - a }')"
   echo "cgroups=$(count_dirs)"
@@ -131,8 +137,8 @@ procs=$(set -- /proc/[0-9]*; echo $#)
   echo "tasks=$tasks"
   echo "mem_used_mib=$(free -m | awk '/^Mem:/ { print $3 }')"
   echo "controllers=$CTL"
-} > $OUT/setup.txt
-cat $OUT/setup.txt
+} > "$OUT"/setup.txt
+cat "$OUT"/setup.txt
 
 # ---- one recorder over the windows --------------------------------------------------
 usage_usec() { awk '$1 == "usage_usec" { print $2 }' "$1/cpu.stat"; }
@@ -158,11 +164,11 @@ windows() {
   while [ $_r -le "$ROUNDS" ]; do
     _d=$OUT/r$_r-$1
     mkdir -p "$_d"
-    echo "dying_cgroups=$(awk '$1 == "nr_dying_descendants" { print $2 }' $CG/cgroup.stat)" > "$_d/tree.txt"
+    echo "dying_cgroups=$(awk '$1 == "nr_dying_descendants" { print $2 }' "$CG"/cgroup.stat)" > "$_d/tree.txt"
     # stalls.txt: where a slow operation waited, and the recorder's threads.
     sh -c 'echo $$ > "$1/home/cgroup.procs"; exec "$2" probe "$1" 10 "$3" "$4" ${5:+"$5"}' probe \
-      $CG/probe.slice $P "$WINDOW" "$_d/stalls.txt" "${rcg:-}" > "$_d/probe.txt"
-    $P work $CG/work.slice "$WORKERS" "$WINDOW" > "$_d/work.txt"
+      "$CG"/probe.slice "$P" "$WINDOW" "$_d/stalls.txt" "${rcg:-}" > "$_d/probe.txt"
+    $P work "$CG"/work.slice "$WORKERS" "$WINDOW" > "$_d/work.txt"
     echo "fleet: $(uptime_s) s: $1 round $_r: $(cat "$_d/probe.txt") $(cat "$_d/work.txt")"
     _r=$((_r + 1))
   done
@@ -171,16 +177,34 @@ windows() {
 # recorder KEY: KEY's recorder (none: no recorder) through every round's
 # windows; $OUT/KEY/rec.txt (and phases.jsonl) cover all of them.
 recorder() {
-  key=$1 dir=$OUT/$1 rdir=/tmp/rec-$1
+  key=$1 dir=$OUT/$1 rdir=$T/rec-$1
   mkdir -p "$dir" "$rdir"
   bin='' args='' rcg=''
   case $key in
     none) windows none; echo "status=ok" > "$dir/rec.txt"; return 0 ;;
-    below09) bin=/bin/below09 ;;
-    main-bpf) bin=/bin/below-main; echo "enable_cgroup_bpf = true" > "$rdir/extra.conf" ;;
-    bpf|read) bin=/bin/below; args="--cgroup-backend $key" ;;
+    # A user-space loop keeping one vCPU busy, as a recorder at -i 1 does
+    # when a sample takes longer than a second: no cgroup, lock or kernel
+    # work, so what it costs the prober is CPU competition alone (under
+    # single-threaded TCG, every vCPU's time is taken from the others').
+    spin)
+      rcg="$CG"/bench.slice/spin
+      mkdir "$rcg"
+      sh -c 'echo $$ > "$1/cgroup.procs"; while :; do :; done' spin "$rcg" &
+      pid=$!
+      u0=$(usage_usec "$rcg") a=$(uptime_s)
+      windows spin
+      echo "status=ok" > "$dir/rec.txt"
+      echo "cpu_usec=$(($(usage_usec "$rcg") - u0)) window_s=$(since "$a")" >> "$dir/rec.txt"
+      kill -KILL $pid; wait $pid 2>/dev/null || true
+      rmdir "$rcg"
+      return 0 ;;
+    below09) bin=$BIN/below09 ;;
+    main-bpf) bin=$BIN/below-main; echo "enable_cgroup_bpf = true" > "$rdir/extra.conf" ;;
+    bpf|read) bin=$BIN/below; args="--cgroup-backend $key" ;;
     # The pass as a cgroup iterator under cgroup_mutex, on this same kernel.
-    bpf-locked) bin=/bin/below; args="--cgroup-backend bpf"; export BSTATS_BPF_WALK=locked ;;
+    bpf-locked) bin=$BIN/below; args="--cgroup-backend bpf"; export BSTATS_BPF_WALK=locked ;;
+    # Another build of ours to compare against (run.sh: FLEET_BEFORE_BIN).
+    bpf-before) bin=$BIN/below-before; args="--cgroup-backend bpf" ;;
     *) echo "status=failed: unknown recorder $key" > "$dir/rec.txt"; return 0 ;;
   esac
   if [ ! -x "$bin" ]; then
@@ -194,8 +218,8 @@ recorder() {
     cat "$rdir/extra.conf" 2>/dev/null || true
   } > "$rdir/below.conf"
   phases=
-  [ "$bin" != /bin/below ] || phases="--phase-times $rdir/phases.jsonl"
-  rcg=$CG/bench.slice/$key
+  case $bin in "$BIN/below"|"$BIN/below-before") phases="--phase-times $rdir/phases.jsonl" ;; esac
+  rcg="$CG"/bench.slice/$key
   mkdir "$rcg"
   c0=$(uptime_s)
   # Its own cgroup before exec: whatever it starts is billed to it too.
@@ -250,8 +274,8 @@ done
 kill -TERM $churn_pid
 wait $churn_pid || true
 {
-  cat /tmp/churn.out
+  cat "$T"/churn.out
   echo "cgroups_at_end=$(count_dirs)"
   echo "run_s=$(awk -v a="$boot_s" -v b="$(uptime_s)" 'BEGIN { print b - a }')"
-} >> $OUT/setup.txt
+} >> "$OUT"/setup.txt
 echo "fleet: done"

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Markdown tables of a `tests/bench/run.sh --fleet` run.
 
-Usage: fleet-report.py OUT_DIR COMMAND VCPUS KEY=LABEL... [--skip KEY=REASON]...
+Usage: fleet-report.py OUT_DIR COMMAND VCPUS KEY=LABEL... [--skip KEY=REASON]... [--native]
 
 OUT_DIR holds v<N>/fleet/ per vCPU count (tests/bench/fleet-guest.sh's
 /out) and v<N>/host.txt. Each cell is the median over rounds with the
@@ -69,8 +69,13 @@ def main():
     out_dir, command, vcpus = Path(args[0]), args[1], [int(v) for v in args[2].split(",")]
     labels, skips = {}, {}
     rest = args[3:]
+    native = False
     i = 0
     while i < len(rest):
+        if rest[i] == "--native":
+            native = True
+            i += 1
+            continue
         if rest[i] == "--skip":
             k, why = rest[i + 1].split("=", 1)
             skips[k] = why
@@ -100,12 +105,21 @@ def main():
             return num(rec["cpu_usec"]) / 1e3 / num(rec["samples"])
         return None
 
+    def cpu_cell(key, rec):
+        # The spinner writes no samples: its CPU per second of window.
+        if key == "spin" and num(rec.get("cpu_usec")) is not None and num(rec.get("window_s")):
+            return f"{num(rec['cpu_usec']) / 1e3 / num(rec['window_s']):.0f} per s"
+        return fmt(cpu_per_sample(rec))
+
     def fmt(v, f="{:.1f}"):
         return "–" if v is None else f.format(v)
 
-    print("### Setup (TCG, one QEMU thread for all vCPUs)\n")
-    print("| vCPUs | boot s | tree s | processes s | cgroups | processes | tasks | guest MiB used "
-          "| churn cycles (slowest ms) | cgroups at end | whole VM s |")
+    cpus = "CPUs" if native else "vCPUs"
+    print("### Setup (this machine natively, its real CPUs)\n" if native
+          else "### Setup (TCG, one QEMU thread for all vCPUs)\n")
+    print(f"| {cpus} | boot s | tree s | processes s | cgroups | processes | tasks "
+          f"| {'MiB used' if native else 'guest MiB used'} "
+          f"| churn cycles (slowest ms) | cgroups at end | {'whole run s' if native else 'whole VM s'} |")
     print("| --: | --: | --: | --: | --: | --: | --: | --: | --: | --: | --: |")
     for n in vcpus:
         s = setups[n]
@@ -116,7 +130,7 @@ def main():
     print()
 
     for n in vcpus:
-        print(f"### {n} vCPUs: the workload's view\n")
+        print(f"### {n} {cpus}: the workload's view\n")
         print("Prober: mkdir, attach, detach, rmdir every 10 ms, ms per cycle; missed: 10 ms ticks "
               "skipped because a cycle overran. Throughput: the workers' ops/s, and per round "
               "against the same round without a recorder. Median over rounds (range). Recorder "
@@ -140,7 +154,7 @@ def main():
             for r, c in rs.items():
                 if not num(c.get("cycles")) or not num(c.get("ops_s")):
                     problems.append(f"{n} vCPUs, {key}, round {r}: no prober cycles or no throughput")
-            if key != "none" and not num(rec.get("samples")):
+            if key not in ("none", "spin") and not num(rec.get("samples")):
                 problems.append(f"{n} vCPUs, {key}: no samples in the window")
             if key == "bpf" and not rec["pass_wall"]:
                 problems.append(f"{n} vCPUs, {key}: no BPF pass in --phase-times")
@@ -154,13 +168,13 @@ def main():
             print(f"| {label} | {spread(col('p50_ms'), '{:.2f}')} | {spread(col('p99_ms'))} "
                   f"| {spread(col('max_ms'))} | {spread(col('missed_ticks'), '{:.0f}')} "
                   f"| {spread(col('ops_s'), '{:.0f}')} | {'1' if none else spread(ratio, '{:.3f}')} "
-                  f"| {'–' if none else fmt(cpu_per_sample(rec))} | {'–' if none else rec.get('samples', '–')} "
+                  f"| {'–' if none else cpu_cell(key, rec)} | {'–' if none else rec.get('samples', '–')} "
                   f"| {pass_wall} | {fmt(mean(rec['pass_cpu']), '{:.2f}')} |")
         print()
 
     print("### The recorder's view: CPU per sample (its cgroup's usage_usec / samples), ms\n")
-    keys = [k for k in labels if k != "none"]
-    print("| vCPUs | " + " | ".join(labels[k] for k in keys)
+    keys = [k for k in labels if k not in ("none", "spin")]
+    print(f"| {cpus} | " + " | ".join(labels[k] for k in keys)
           + " | ours BPF: pass wall ms | pass CPU ms | ours BPF / below 0.9 |")
     print("| --: | " + " | ".join("--:" for _ in keys) + " | --: | --: | --: |")
     for n in vcpus:

@@ -68,7 +68,17 @@
 #             as ours and nothing is built. Defaults: 46 min on a shared
 #             2-core host (1000 s at 2 vCPUs, 877 at 16, 858 at 64), most
 #             of it the recorders' first and slow samples (see the top of
-#             fleet-guest.sh): hence 5 s windows, not 20.
+#             fleet-guest.sh): hence 5 s windows, not 20. Recorder
+#             bpf-before is $FLEET_BEFORE_BIN, another build of ours to
+#             compare against in the same guest (e.g. before a change).
+#   --fleet-native  the same script on this machine, natively: the tree in
+#             a cgroup2 subtree of its own (bstats-fleet, removed after, its
+#             processes killed) on the real CPUs, where a busy CPU does not
+#             take the others' time as under single-threaded TCG. Only
+#             --cgroups, --procs, --rounds, --window, --workers and
+#             --recorders apply. Recorder `spin` (a loop keeping one CPU
+#             busy) shows, here and in guests, what CPU competition alone
+#             costs the prober.
 #   --fleet-smoke  the same at 16 vCPUs, 500 cgroups, 200 processes, 1
 #             round, 5 s windows (~3 min): checks that it runs.
 #   -- ARGS   cgroup-bench arguments replacing the default set below (the
@@ -79,7 +89,7 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 cd "$REPO_ROOT"
 
-smoke=0 mode=all kernels='' out=target/bench
+smoke=0 mode=all native=0 kernels='' out=target/bench
 fleet_vcpus=2,16,64 fleet_cgroups=5000 fleet_procs=2000 fleet_rounds=3 fleet_window=5 fleet_workers=2
 fleet_recorders=none,below09,main-bpf,bpf,bpf-locked,read
 fleet_opts=()
@@ -87,6 +97,7 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --smoke) smoke=1; shift ;;
     --fleet) mode=fleet; shift ;;
+    --fleet-native) mode=fleet native=1; shift ;;
     --fleet-smoke) mode=fleet
       fleet_vcpus=16 fleet_cgroups=500 fleet_procs=200 fleet_rounds=1 fleet_window=5; shift ;;
     --vcpus) fleet_vcpus=$2; fleet_opts+=("$1"); shift 2 ;;
@@ -131,7 +142,8 @@ adds=(--add "$BENCH_BIN:/bin/cgroup-bench" --add "$BELOW_BIN:/bin/below"
       --add "$below09:/bin/below09" "${host_adds[@]}")
 recorder_args=(--below /bin/below --below09 /bin/below09)
 main_skip=
-if [[ $mode = bill || $mode = upstream || $mode = ratios || $mode = service || $mode = maps || $mode = fleet ]] && [ -z "${BELOW_MAIN_BIN:-}" ]; then
+if [[ $mode = bill || $mode = upstream || $mode = ratios || $mode = service || $mode = maps ||
+      ($mode = fleet && ,$fleet_recorders, = *,main-bpf,*) ]] && [ -z "${BELOW_MAIN_BIN:-}" ]; then
   # below main's rows when its pinned tarball is here (built once, cached).
   mkdir -p "$out"
   BELOW_MAIN_BIN=$(tests/upstream/binaries.sh stock 2>"$out/below-main.log" | tail -n1) || {
@@ -342,6 +354,35 @@ bench_maps() {
   tr -d '\r' < "$log" | grep '^|'
 }
 
+# fleet_report_args ARRAY KEY...: fleet-report.py's KEY=LABEL and --skip
+# arguments for the recorders KEY, appended to ARRAY.
+fleet_report_args() {
+  local -n _args=$1
+  local key
+  shift
+  for key in "$@"; do
+    case $key in
+      none) _args+=("none=no recorder") ;;
+      spin) _args+=("spin=a loop busy on one CPU (no recorder)") ;;
+      below09) _args+=("below09=below 0.9") ;;
+      main-bpf) _args+=("main-bpf=below main, enable_cgroup_bpf")
+        [ -n "${BELOW_MAIN_BIN:-}" ] || _args+=(--skip "main-bpf=${main_skip:-BELOW_MAIN_BIN not built}") ;;
+      bpf) _args+=("bpf=ours, BPF") ;;
+      bpf-locked) _args+=("bpf-locked=ours, BPF, walk under cgroup_mutex") ;;
+      read) _args+=("read=ours, plain read") ;;
+      bpf-before) _args+=("bpf-before=ours, BPF, before")
+        [ -n "${FLEET_BEFORE_BIN:-}" ] || _args+=(--skip "bpf-before=FLEET_BEFORE_BIN not set") ;;
+      *) _args+=("$key=$key") ;;
+    esac
+  done
+}
+
+# What the reproducing command needs from the environment.
+fleet_env_note() {
+  [ -z "$BELOW_BIN_FROM_ENV" ] || printf 'BELOW_BIN=%s ' "$BELOW_BIN"
+  [ -z "${FLEET_BEFORE_BIN:-}" ] || printf 'FLEET_BEFORE_BIN=%s ' "$FLEET_BEFORE_BIN"
+}
+
 # --fleet: one guest per vCPU count, one after the other (one QEMU at a
 # time), then the report over all of them.
 bench_fleet() {
@@ -357,6 +398,7 @@ bench_fleet() {
   local fadds=(--add "$d/fleet-probe:/fleet-probe" --add tests/bench/fleet-guest.sh:/fleet-guest.sh
                --add "$BELOW_BIN:/bin/below" --add "$below09:/bin/below09" "${host_adds[@]}")
   [ -z "${BELOW_MAIN_BIN:-}" ] || fadds+=(--add "$BELOW_MAIN_BIN:/bin/below-main")
+  [ -z "${FLEET_BEFORE_BIN:-}" ] || fadds+=(--add "$FLEET_BEFORE_BIN:/bin/below-before")
   for n in ${fleet_vcpus//,/ }; do
     # Kernel memory grows with CPUs (per-CPU stats of every memcg).
     mem=$((3072 + 80 * n))M
@@ -379,29 +421,81 @@ bench_fleet() {
   local repro=("tests/bench/run.sh" --fleet --vcpus "$fleet_vcpus" --cgroups "$fleet_cgroups"
                --procs "$fleet_procs" --rounds "$fleet_rounds" --window "$fleet_window"
                --workers "$fleet_workers" --recorders "$fleet_recorders" --kernels "$k")
-  local env_note=
-  [ -z "$BELOW_BIN_FROM_ENV" ] || env_note="BELOW_BIN=$BELOW_BIN "
-  local skip=() labels=() key
-  for key in "${keys[@]}"; do
-    case $key in
-      none) labels+=("none=no recorder") ;;
-      below09) labels+=("below09=below 0.9") ;;
-      main-bpf) labels+=("main-bpf=below main, enable_cgroup_bpf")
-        [ -n "${BELOW_MAIN_BIN:-}" ] || skip=(--skip "main-bpf=${main_skip:-BELOW_MAIN_BIN not built}") ;;
-      bpf) labels+=("bpf=ours, BPF") ;;
-      bpf-locked) labels+=("bpf-locked=ours, BPF, walk under cgroup_mutex") ;;
-      read) labels+=("read=ours, plain read") ;;
-      *) labels+=("$key=$key") ;;
-    esac
-  done
+  local report=()
+  fleet_report_args report "${keys[@]}"
   {
     printf '\n## Kernel %s: the fleet guest (%s cgroups, %s processes, %s round(s), %s s windows, %s workers)\n\n' \
       "$k" "$fleet_cgroups" "$fleet_procs" "$fleet_rounds" "$fleet_window" "$fleet_workers"
-    python3 tests/bench/fleet-report.py "$d" "$env_note${repro[*]}" "$fleet_vcpus" \
-      "${labels[@]}" "${skip[@]}"
+    python3 tests/bench/fleet-report.py "$d" "$(fleet_env_note)${repro[*]}" "$fleet_vcpus" \
+      "${report[@]}"
   } >"$d/fleet.md" || return 1
   cat "$d/fleet.md"
 }
+
+# --fleet-native: fleet-guest.sh here, in $root/bstats-fleet.
+fleet_native_cleanup() {
+  local cg=$1 tries=0
+  [ -d "$cg" ] || return 0
+  # Every process in the subtree, then its directories, deepest first.
+  while [ -d "$cg" ] && [ $tries -lt 50 ]; do
+    find "$cg" -name cgroup.procs -exec cat {} + 2>/dev/null | while read -r pid; do kill -KILL "$pid" 2>/dev/null || true; done
+    find "$cg" -depth -type d -exec rmdir {} + 2>/dev/null || sleep 0.2
+    tries=$((tries + 1))
+  done
+  [ ! -d "$cg" ] || log "could not remove $cg"
+}
+
+bench_fleet_native() {
+  local root n d=$out/fleet-native keys=() cg c
+  root=$(findmnt -n -t cgroup2 -o TARGET | head -n1)
+  [ -n "$root" ] || { log "no cgroup2 mount here"; return 1; }
+  cg=$root/bstats-fleet n=$(nproc)
+  IFS=, read -ra keys <<<"$fleet_recorders"
+  rm -rf "$d"
+  mkdir -p "$d/v$n/fleet" "$d/bin" "$d/tmp"
+  gcc -static -O2 -Wall -pthread -o "$d/fleet-probe" tests/bench/fleet-probe.c || return 1
+  ln -s "$BELOW_BIN" "$d/bin/below"
+  ln -s "$below09" "$d/bin/below09"
+  [ -z "${BELOW_MAIN_BIN:-}" ] || ln -s "$BELOW_MAIN_BIN" "$d/bin/below-main"
+  [ -z "${FLEET_BEFORE_BIN:-}" ] || ln -s "$FLEET_BEFORE_BIN" "$d/bin/below-before"
+  fleet_native_cleanup "$cg"
+  mkdir "$cg"
+  for c in cpu memory io pids; do
+    if grep -qw $c "$root/cgroup.subtree_control"; then echo "+$c" > "$cg/cgroup.subtree_control"; fi
+  done
+  # shellcheck disable=SC2064 # its path now
+  trap "fleet_native_cleanup '$cg'" EXIT
+  log "natively, $n CPUs, in $cg: fleet-guest.sh $fleet_cgroups $fleet_procs $fleet_rounds $fleet_window $fleet_workers ${keys[*]}"
+  local t0=$SECONDS rc=0 report=()
+  fleet_report_args report "${keys[@]}"
+  FLEET_CG=$cg FLEET_PROBE=$d/fleet-probe FLEET_OUT=$d/v$n/fleet FLEET_BIN_DIR=$d/bin \
+    FLEET_TMP=$d/tmp FLEET_LIB=tests/vm/guest-lib.sh \
+    sh tests/bench/fleet-guest.sh "$fleet_cgroups" "$fleet_procs" "$fleet_rounds" "$fleet_window" \
+    "$fleet_workers" "${keys[@]}" >"$d/console.log" 2>&1 || rc=$?
+  fleet_native_cleanup "$cg"
+  trap - EXIT
+  if [ $rc != 0 ]; then
+    tail -n 30 "$d/console.log" >&2
+    return 1
+  fi
+  echo "host_s=$((SECONDS - t0))" >"$d/v$n/host.txt"
+  local repro=("tests/bench/run.sh" --fleet-native --cgroups "$fleet_cgroups" --procs "$fleet_procs"
+               --rounds "$fleet_rounds" --window "$fleet_window" --workers "$fleet_workers"
+               --recorders "$fleet_recorders")
+  {
+    printf '\n## This machine natively (%s CPUs, kernel %s): the fleet tree (%s cgroups, %s processes, %s round(s), %s s windows, %s workers)\n\n' \
+      "$n" "$(uname -r)" "$fleet_cgroups" "$fleet_procs" "$fleet_rounds" "$fleet_window" "$fleet_workers"
+    python3 tests/bench/fleet-report.py "$d" "$(fleet_env_note)${repro[*]}" "$n" \
+      "${report[@]}" --native
+  } >"$d/fleet.md" || return 1
+  cat "$d/fleet.md"
+}
+
+if [ $mode = fleet ] && [ $native = 1 ]; then
+  check "fleet natively" bench_fleet_native
+  tally_summary
+  exit
+fi
 
 if [ $mode = fleet ]; then
   for k in $kernels; do
