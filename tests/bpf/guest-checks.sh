@@ -53,6 +53,9 @@ fallback)
   ;;
 parity)
   check parity $B parity 12 --top 5 --plant swap --plant freeze --plant stale
+  # Pressure as on a kernel without the scheduler's symbols in kallsyms:
+  # from records where the files need no clock, the rest as text.
+  check parity-without-psi-clock env BSTATS_PSI_CLOCK=off $B parity 8
   ;;
 psi)
   check psi-idle $B psi-idle --pressure 12 --idle 40

@@ -569,16 +569,18 @@ static __always_inline void fill_psi(struct record *r, struct cgroup *cgrp)
 	}
 	r->psi_avg_last_update = BPF_CORE_READ(psi, avg_last_update);
 	r->psi_avg_next_update = BPF_CORE_READ(psi, avg_next_update);
-	if (!(features & FEAT_PSI_CLOCK))
-		return;
 	/* A task's pressure state changing anywhere in the group queues the
 	 * kernel's aggregation worker unless it is queued, and the worker
 	 * queues itself again while any CPU saw the group non-idle. Not
 	 * queued: every CPU's bucket is idle and folded into total already,
 	 * which is what a read of the file shows. Most groups of a big host
 	 * are idle: their per-CPU sum, the part of the pass that grows with
-	 * the CPUs, is skipped. */
+	 * the CPUs, is skipped; without the clock, user space serves them
+	 * (HAS_PSI_QUEUED unset) where their averages need no clock either. */
 	if (!(BPF_CORE_READ(psi, avgs_work.work.data.counter) & WORK_STRUCT_PENDING))
+		return;
+	r->flags |= HAS_PSI_QUEUED;
+	if (!(features & FEAT_PSI_CLOCK))
 		return;
 	c.pcpu = BPF_CORE_READ(psi, pcpu);
 	bpf_loop(nr_cpus, psi_collect_cpu, &c, 0);

@@ -57,7 +57,8 @@
 	X(HAS_CPUSET)                                                         \
 	X(HAS_PSI)                                                            \
 	X(HAS_BSTAT)                                                          \
-	X(HAS_NUMA)
+	X(HAS_NUMA)                                                           \
+	X(HAS_PSI_QUEUED)
 BITS(HAS_FLAGS, has);
 
 /* What the running kernel let the last pass do (global `features`). */

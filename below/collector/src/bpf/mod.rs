@@ -158,21 +158,30 @@ impl BpfBackend {
                 .retain(|_| *k.next().expect("a choice per position"));
             table.retain(keep);
         }
-        let decoder = Decoder::new(&config, &sampled.pass);
+        let mut decoder = Decoder::new(&config, &sampled.pass);
+        if probe::psi_clock_off() {
+            decoder.psi_clock = None;
+        }
         let loaded = self.program.loaded();
         let records = loaded.records(sampled.pass.cgroups);
         let mut prev = std::mem::take(&mut self.prev_cputime);
         let root_text = &mut self.root_text;
+        // Pressure BPF serves, read as text for a cgroup whose record
+        // cannot give what its files print (sample::pressure_exact).
+        let pressure_text = text.union(bpf.iter().filter(|f| f.is_pressure()).collect());
         for (pos, &i) in self.records.iter().enumerate() {
             let r = &records[i];
             let s = table.sample_mut(pos);
             sample::fill(&decoder, r, loaded.numa(i), bpf, &mut prev, s);
+            let mut row_text = text;
             if r.level == 0 {
                 root_text
                     .get_or_insert_with(|| RootText::open(walker.root_fd(), root_text_files(bpf)))
                     .fill(s, errors);
+            } else if decode::has(r, contract::HAS_PSI) && !sample::pressure_exact(&decoder, r) {
+                row_text = pressure_text;
             }
-            walker.read_row(table, pos, text, errors);
+            walker.read_row(table, pos, row_text, errors);
         }
         // Keep history only for cgroups that still exist.
         prev.retain(|&id, _| table.knows(id));

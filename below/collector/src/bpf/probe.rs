@@ -31,6 +31,13 @@ pub(crate) fn probe(root_fd: BorrowedFd) -> Probe {
 const WALK_ENV: &str = "BSTATS_BPF_WALK";
 const LOCKED_BY_ENV: &str = "BSTATS_BPF_WALK=locked";
 
+/// `BSTATS_PSI_CLOCK=off` takes the pass's clock away, as on a kernel
+/// whose kallsyms lacks the scheduler's symbols: the live parity check
+/// runs that path on kernels that have them.
+pub(crate) fn psi_clock_off() -> bool {
+    std::env::var_os("BSTATS_PSI_CLOCK").is_some_and(|v| v == "off")
+}
+
 /// Why the program cannot read through a missing kernel fact.
 fn missing(fact: &Fact) -> String {
     let what = match fact.kind {
@@ -91,6 +98,12 @@ pub(crate) fn probe_with(root_fd: BorrowedFd, btf: Option<&Path>) -> Probe {
         Err(e) => return fail(format!("cannot load the cgroup iterator: {e:#}")),
     };
     let (features, facts, psi_no_clock, cgroups) = match loaded.run() {
+        Ok(pass) if psi_clock_off() => (
+            pass.features & !FEAT_PSI_CLOCK,
+            pass.facts,
+            PSI_NO_SYMBOLS,
+            pass.cgroups,
+        ),
         Ok(pass) => (pass.features, pass.facts, pass.psi_no_clock, pass.cgroups),
         Err(e) => return fail(format!("the cgroup iterator failed: {e:#}")),
     };
@@ -226,9 +239,12 @@ pub(crate) fn support(found: &Found) -> Support {
         StatFile::IoPressure,
         StatFile::MemoryPressure,
     ];
+    // Without the clock only, BPF still serves the groups whose files need
+    // none (sample::pressure_exact) and the rest are read per cgroup.
     let psi_gap = psi::left_to_files(features, psi_no_clock);
+    let no_clock = psi_gap.as_ref().filter(|_| features & FEAT_PSI != 0);
     for f in pressure {
-        if let Some(why) = &psi_gap {
+        if let (Some(why), None) = (&psi_gap, no_clock) {
             gap(f, why);
         }
     }
@@ -245,14 +261,19 @@ pub(crate) fn support(found: &Found) -> Support {
                 .to_owned(),
         ));
     }
+    let psi_note = match no_clock {
+        None => "as a read of the file at the pass would print them: totals with the per-CPU \
+                 buckets, averages decayed or updated to the pass's sched_clock (the sampling \
+                 CPU's scheduler clock, at most a tick old); root cgroup: text"
+            .to_owned(),
+        Some(why) => format!(
+            "groups idle since the kernel last folded their per-CPU buckets, with averages \
+             at 0 (what a read prints of them needs no clock); the others and the root \
+             cgroup: text, as BPF {why}"
+        ),
+    };
     for f in pressure {
-        reasons.push((
-            f,
-            "as a read of the file at the pass would print them: totals with the per-CPU \
-             buckets, averages decayed or updated to the pass's sched_clock (the sampling \
-             CPU's scheduler clock, at most a tick old); root cgroup: text"
-                .to_owned(),
-        ));
+        reasons.push((f, psi_note.clone()));
     }
     for &f in StatFile::ALL {
         if !reasons.iter().any(|(g, _)| *g == f) {

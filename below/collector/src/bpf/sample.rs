@@ -74,7 +74,8 @@ pub(crate) fn fill(
         .then(|| controllers(r.subtree_control, cgroup_subtree_control.take()));
     *cpu_stat =
         (want(StatFile::CpuStat) && !root && has(HAS_BSTAT)).then(|| decode::cpu_stat(r, prev));
-    *pressure = (want(StatFile::CpuPressure) && !root && has(HAS_PSI)).then(|| d.pressure(r));
+    *pressure = (want(StatFile::CpuPressure) && !root && has(HAS_PSI) && pressure_exact(d, r))
+        .then(|| d.pressure(r));
     let pids = !root && has(HAS_PIDS);
     *tids_current = (pids && want(StatFile::PidsCurrent)).then_some(r.pids_current);
     *tids_max = (pids && want(StatFile::PidsMax)).then(|| pids_max(r));
@@ -129,6 +130,26 @@ pub(crate) fn fill(
 /// The value top-N ranks `r` by, in the units of [`TopBy::value`];
 /// `None` for what the record does not hold (io.stat) or the cgroup
 /// does not have. The root is never ranked.
+/// Whether `r`'s pressure is what its files print: always with the pass's
+/// clock. Without it, only when no aggregation is queued (every per-CPU
+/// bucket idle and in the totals) and every average is 0 with a stall
+/// since the last update too short to move one: update_averages() takes
+/// `time * 100 / period` whole percents, and its period is at least
+/// next_update - last_update. The others are read as text.
+pub(crate) fn pressure_exact(d: &Decoder, r: &Record) -> bool {
+    if d.psi_clock.is_some() {
+        return true;
+    }
+    let (last, next) = (r.psi_avg_last_update, r.psi_avg_next_update);
+    if has(r, HAS_PSI_QUEUED) || next < last {
+        return false;
+    }
+    r.psi_avg.iter().enumerate().all(|(i, avg)| {
+        let stall = r.psi_total_ns[i].wrapping_sub(r.psi_avg_total_ns[i]) as u32 as u64;
+        *avg == [0; 3] && (stall == 0 || stall * 100 < next - last)
+    })
+}
+
 pub(crate) fn rank_value(d: &Decoder, r: &Record, by: TopBy) -> Option<u64> {
     let has = |flag| has(r, flag) && r.level != 0;
     match by {

@@ -14,9 +14,20 @@ fn sample(d: &Decoder, r: &Record, files: FileSet, prev: &mut PrevCputime) -> Cg
     s
 }
 
+/// A pass with its clock: pressure from every record that has it.
+fn clocked() -> Decoder {
+    Decoder {
+        psi_clock: Some(super::super::load::PsiClock {
+            now: 11_000_000_000,
+            period: 2_004_000_000,
+        }),
+        ..decoder()
+    }
+}
+
 #[test]
 fn full_record_serves_every_file() {
-    let s = sample(&decoder(), &full(), FileSet::all(), &mut PrevCputime::new());
+    let s = sample(&clocked(), &full(), FileSet::all(), &mut PrevCputime::new());
     assert_eq!(s.inode_number, Some(42));
     assert_eq!(
         s.cgroup_subtree_control.unwrap(),
@@ -166,4 +177,45 @@ fn same_bits_is_set_equality_below_the_limit() {
     );
     assert!(same_bits(&set(&[]), &[0b100], 2));
     assert!(!same_bits(&set(&[3]), &[0b1000], 2));
+}
+
+/// Without the pass's clock, pressure comes from a record only where its
+/// files print nothing a clock would change.
+#[test]
+fn pressure_without_the_clock_only_where_no_clock_matters() {
+    let mut d = clocked();
+    let mut r = full();
+    r.flags |= HAS_PSI;
+    r.psi_avg = Default::default();
+    r.psi_avg_total_ns = r.psi_total_ns;
+    r.psi_avg_last_update = 10_000_000_000;
+    r.psi_avg_next_update = 12_000_000_000;
+    let served = |d: &Decoder, r: &Record| {
+        let s = sample(d, r, FileSet::all(), &mut PrevCputime::new());
+        assert_eq!(s.pressure.is_some(), pressure_exact(d, r));
+        s.pressure.is_some()
+    };
+    assert!(served(&d, &r), "with the clock");
+    d.psi_clock = None;
+    assert!(
+        served(&d, &r),
+        "idle, averages 0, nothing since the last update"
+    );
+    // 19 ms of stall in a period of at least 2 s: under 1%, no average moves.
+    r.psi_total_ns[1] += 19_000_000;
+    assert!(served(&d, &r));
+    r.psi_total_ns[1] += 1_000_000;
+    assert!(
+        !served(&d, &r),
+        "1% of the shortest period: an average may move"
+    );
+    r.psi_total_ns[1] = r.psi_avg_total_ns[1];
+    r.psi_avg[2][2] = 1;
+    assert!(!served(&d, &r), "an average to decay");
+    r.psi_avg[2][2] = 0;
+    r.flags |= HAS_PSI_QUEUED;
+    assert!(!served(&d, &r), "per-CPU buckets not in the totals");
+    r.flags &= !HAS_PSI_QUEUED;
+    r.psi_avg_next_update = r.psi_avg_last_update - 1;
+    assert!(!served(&d, &r), "update times out of order");
 }
