@@ -87,6 +87,9 @@ LOGS_DIRECTORY=/var/log/below timeout -s TERM 17 \
 # timeout's 124: it sent SIGTERM (below exits cleanly on it).
 [ "$rc" = 124 ] || die "ExecStart exited with $rc: $(cat "$work/record.log")"
 [ -d /var/log/below/store ] || die "no store in /var/log/below/store"
+# Private under this shell's umask too (the unit adds UMask=0077).
+open=$(find /var/log/below/store \( -type d ! -perm 0700 \) -o \( -type f ! -perm 0600 \))
+[ -z "$open" ] || fail "store files more open than 0700/0600: $open"
 n=$(below dump system -b "$begin" -f timestamp -O csv | grep -c '^[0-9]') || true
 [ "$n" -ge 3 ] || die "$n samples recorded: $(cat "$work/record.log")"
 row=$(below dump process -b "$begin" -f pid io.rbytes_per_sec exe_path -O csv | grep "^$other," | tail -n 1)

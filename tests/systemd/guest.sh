@@ -4,9 +4,10 @@
 # Usage: guest.sh DEB [EXTRA_SCRIPT]
 # Installs DEB with apt, then drives below.service: start, the BPF plan
 # (store record, same as full root's, journal), samples, system.slice
-# services in `below dump cgroup`, a clean stop, SIGKILL and the restart, a
-# dump across the gap, no errors logged; then runs EXTRA_SCRIPT (bash), if
-# given, with below.service recording. One line per check goes to
+# services in `below dump cgroup`, a private store, the unit's
+# `systemd-analyze security` exposure, a clean stop, SIGKILL and the
+# restart, a dump across the gap, no errors logged; then runs EXTRA_SCRIPT
+# (bash), if given, with below.service recording. One line per check goes to
 # /out/results.tsv (PASS|FAIL, name, detail), below's journal to /out.
 set -u
 DEB=$1 EXTRA=${2:-}
@@ -134,6 +135,26 @@ services() {
     grep -q "^$last,/system.slice/below.service," /out/cgroups.csv
 }
 
+# The store holds every process's command line: 0700 directories (the
+# logs directory too), 0600 files.
+private_store() {
+  open=$(find /var/log/below \( -type d ! -perm 0700 \) -o \( -type f ! -perm 0600 \) | head -n 5)
+  DETAIL="$(stat -c '%a %n' /var/log/below /var/log/below/store | tr '\n' ' ')$(find /var/log/below/store -type f | wc -l) files; more open: ${open:-none}"
+  [ -d /var/log/below/store ] && [ -z "$open" ]
+}
+
+# systemd's exposure score of the installed unit (0 best, 10 worst): at most
+# 3.0, with the settings that cost most.
+exposure() {
+  systemd-analyze security --no-pager below.service >/out/security.txt 2>&1 ||
+    { DETAIL="systemd-analyze security failed: $(tail -n 2 /out/security.txt)"; return 1; }
+  score=$(sed -n 's/.*Overall exposure level for below.service: *\([0-9.]*\).*/\1/p' /out/security.txt)
+  # rows end in their exposure; the ones without a number pass
+  worst=$(awk '$NF ~ /^[0-9]+\.[0-9]+$/ { print $NF, $2 }' /out/security.txt | sort -rn | head -n 6 | tr '\n' ';')
+  DETAIL="exposure ${score:-unknown} (limit 3.0); costing most: $worst"
+  [ -n "$score" ] && awk -v s="$score" 'BEGIN { exit !(s <= 3.0) }'
+}
+
 stop() {
   tmo=$(prop TimeoutStopUSec)
   t0=$(date +%s%N)
@@ -197,6 +218,8 @@ check "the unit's plan equals full root's (below backends --now)" plan_as_root
 check "journal logs the plan: memory.stat by bpf" plan_logged
 check "records samples" recording
 check "below dump cgroup shows system.slice services" services
+check "store private: 0700 directories, 0600 files" private_store
+check "systemd-analyze security below.service: exposure <= 3.0" exposure
 check "systemctl stop below: clean, within TimeoutStopSec" stop
 check "systemctl kill -s KILL below: restarted (Restart=on-failure)" kill_restart
 check "dump across the kill/restart gap" gap

@@ -4,8 +4,10 @@
 # systemd on the Debian 7.3 kernel (tests/vm/run.sh --root). In it,
 # guest.sh installs our .deb (packaging/build-deb.sh --profile release) with
 # apt and checks below.service: the BPF plan in the store and the journal,
-# system.slice services in `below dump cgroup`, a clean `systemctl stop`,
-# the restart after `systemctl kill -s KILL`, a dump across the gap.
+# system.slice services in `below dump cgroup`, a private store (0700/0600),
+# the unit's `systemd-analyze security` exposure (at most 3.0), a clean
+# `systemctl stop`, the restart after `systemctl kill -s KILL`, a dump
+# across the gap.
 # EXTRA_COMMAND, if given, runs in the guest afterwards (below.service still
 # recording) with bstats-check in /usr/local/bin, e.g.
 # `tests/systemd/run.sh -- bstats-check parity`. One tally line per guest
