@@ -1,6 +1,11 @@
 //! Hidden commands that generate files from the CLI definition: shell
 //! completions (below's `generate-completions`) and man pages (ours, for the
 //! package).
+//!
+//! These files hold nothing private and are meant to be installed for
+//! everyone (packaging/build-deb.sh packages them as written), so unlike the
+//! store they keep the umask's mode. A symbolic link where one goes is
+//! refused, as for every file we write to a path the user names.
 
 use std::io::Write;
 use std::path::Path;
@@ -16,10 +21,7 @@ pub fn completions(
     output: Option<PathBuf>,
 ) -> Result<()> {
     let mut out: Box<dyn Write> = match &output {
-        Some(p) => Box::new(
-            std::fs::File::create(p)
-                .with_context(|| format!("Failed to create {}", p.display()))?,
-        ),
+        Some(p) => Box::new(create(p)?),
         None => Box::new(std::io::stdout()),
     };
     clap_complete::generate(shell, cmd, "below", &mut out);
@@ -42,8 +44,20 @@ pub fn man_pages(cmd: clap::Command, dir: &Path) -> Result<()> {
         clap_mangen::Man::new(page)
             .render(&mut buf)
             .context("Failed to render man page")?;
-        std::fs::write(&path, buf)
+        create(&path)?
+            .write_all(&buf)
             .with_context(|| format!("Failed to write {}", path.display()))?;
     }
     Ok(())
+}
+
+/// Creates or truncates `path`, as `File::create`, but not through a link.
+fn create(path: &Path) -> Result<std::fs::File> {
+    bstats_store::private::open_no_follow(
+        path,
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true),
+    )
 }

@@ -159,13 +159,10 @@ pub fn snapshot(
 ) -> Result<()> {
     remote.refuse()?;
     let (begin, end) = range.resolve()?;
-    let output = output.unwrap_or_else(|| {
-        // below: a name with the range and a random suffix, in the
-        // current directory.
-        let name = bstats_store::snapshot::default_name(begin, end);
-        PathBuf::from(format!("{}.{:06x}", name, std::process::id()))
-    });
-    let n = bstats_store::snapshot::create(logger, &store_dir, begin, end, &output)?;
+    // Without --output, as below: a name with the range and a random
+    // suffix, in the current directory.
+    let (n, output) =
+        bstats_store::snapshot::create(logger, &store_dir, begin, end, output.as_deref())?;
     eprintln!("{} samples", n);
     println!("Snapshot has been created at {}", output.display());
     Ok(())

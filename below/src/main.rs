@@ -221,10 +221,11 @@ fn stderr_logger(debug: bool) -> slog::Logger {
 /// For the TUIs: log to a file (and the terminal until the view starts);
 /// the view's status bar shows the last message.
 fn tui_logger(log_dir: &Path, debug: bool) -> Result<slog::Logger> {
-    std::fs::create_dir_all(log_dir)
-        .with_context(|| format!("Failed to create log directory {}", log_dir.display()))?;
+    // A log directory that exists keeps its mode: it may be shared
+    // (/var/log/below holds the store, which closes itself).
+    bstats_store::private::create_dir_all(log_dir).context("Failed to create log directory")?;
     let path = log_dir.join("error.log");
-    let file = std::fs::OpenOptions::new()
+    let file = bstats_store::private::file_options()
         .create(true)
         .append(true)
         .open(&path)

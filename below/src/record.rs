@@ -192,13 +192,12 @@ pub fn record(logger: &slog::Logger, cfg: &Config, opts: RecordOpts) -> Result<(
         interval
     );
     let mut phase_times = match &opts.phase_times {
-        Some(p) => Some(
-            std::fs::OpenOptions::new()
+        Some(p) => Some(bstats_store::private::open_no_follow(
+            p,
+            bstats_store::private::file_options()
                 .create(true)
-                .append(true)
-                .open(p)
-                .with_context(|| format!("Failed to open {}", p.display()))?,
-        ),
+                .append(true),
+        )?),
         None => None,
     };
     let mut n = 0u64;

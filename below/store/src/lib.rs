@@ -7,7 +7,6 @@
 //! (below's retention only removes `index_*`/`data_*` files).
 
 use std::fs::File;
-use std::fs::OpenOptions;
 use std::io::BufRead;
 use std::io::BufReader;
 use std::io::Write;
@@ -24,11 +23,13 @@ use anyhow::Result;
 use bstats_collector::Plan;
 use serde::Deserialize;
 use serde::Serialize;
+use slog::info;
 use slog::warn;
 use store::CompressionMode;
 use store::DataFrame;
 
 mod failures;
+pub mod private;
 pub mod snapshot;
 mod writer;
 
@@ -199,12 +200,36 @@ fn open_writer(
     dir: &Path,
     mode: CompressionMode,
 ) -> Result<(Writer, (u64, u64))> {
-    std::fs::create_dir_all(dir)
-        .with_context(|| format!("Failed to create store directory {}", dir.display()))?;
+    private::create_dir_all(dir)?;
+    tighten_store_dir(logger, dir);
     let id = dir_id(dir).with_context(|| format!("Failed to stat {}", dir.display()))?;
     let writer = Writer::new(logger.clone(), dir, mode, SystemTime::now())
         .with_context(|| format!("Failed to open store {}", dir.display()))?;
     Ok((writer, id))
+}
+
+/// A store recorded before its files were private (or a directory made by
+/// hand) may be open to others: its directory is ours to close, which
+/// closes the files in it. Not fatal: a store we do not own can still be
+/// recorded to, as before.
+fn tighten_store_dir(logger: &slog::Logger, dir: &Path) {
+    let tightened = File::open(dir)
+        .with_context(|| format!("Failed to open {}", dir.display()))
+        .and_then(|d| private::tighten(&d, dir));
+    match tightened {
+        Ok(true) => info!(
+            logger,
+            "Store directory {} was open to other users: now 0700",
+            dir.display()
+        ),
+        Ok(false) => {}
+        Err(e) => warn!(
+            logger,
+            "Store directory {} is open to other users: {:#}",
+            dir.display(),
+            e
+        ),
+    }
 }
 
 /// Which backend served each cgroup file during one `record` run.
@@ -251,7 +276,7 @@ fn process_plan<'de, D: serde::Deserializer<'de>>(
 
 pub fn append_backend_record(dir: &Path, rec: &BackendRecord) -> Result<()> {
     let path = dir.join(BACKENDS_FILE);
-    let mut f = OpenOptions::new()
+    let mut f = private::file_options()
         .create(true)
         .append(true)
         .open(&path)
@@ -407,6 +432,56 @@ mod test {
             .unwrap()
             .expect("the sample after the removal");
         assert_eq!(frame.sample.cgroup.memory_current, Some(7));
+    }
+
+    /// A new store, its side file and its missing parents: 0700 and 0600
+    /// under the usual umask; the existing parent keeps its mode.
+    #[test]
+    fn store_is_private() {
+        use private::test_util::*;
+        use std::os::unix::fs::PermissionsExt;
+        usual_umask();
+        let d = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let dir = d.path().join("log/store");
+        let logger = slog::Logger::root(slog::Discard, slog::o!());
+        let mut r = Recorder::new(logger, &dir, CompressionMode::Zstd, None, None).unwrap();
+        assert!(r.put(SystemTime::now(), &frame(model::Sample::default())));
+        append_backend_record(
+            &dir,
+            &BackendRecord {
+                since: 1,
+                kernel: "7.3.4".into(),
+                cgroup_root: "/sys/fs/cgroup".into(),
+                plan: plan(),
+                processes: None,
+            },
+        )
+        .unwrap();
+        let names: Vec<String> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        for want in ["index_", "data_", BACKENDS_FILE] {
+            assert!(names.iter().any(|n| n.starts_with(want)), "{names:?}");
+        }
+        assert_private(&d.path().join("log"));
+        assert_eq!(mode(d.path()), 0o755);
+    }
+
+    /// A store recorded before files were private: its directory is closed
+    /// (which closes its files) when recording starts.
+    #[test]
+    fn an_open_store_directory_is_closed() {
+        use private::test_util::*;
+        use std::os::unix::fs::PermissionsExt;
+        let d = tempfile::tempdir().unwrap();
+        let dir = d.path().join("store");
+        std::fs::create_dir(&dir).unwrap();
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let logger = slog::Logger::root(slog::Discard, slog::o!());
+        Recorder::new(logger, &dir, CompressionMode::None, None, None).unwrap();
+        assert_eq!(mode(&dir), 0o700);
     }
 
     fn shards(dir: &Path) -> Vec<String> {

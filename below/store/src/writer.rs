@@ -4,6 +4,9 @@
 //! below-store's byte-at-a-time table loop was 40-50 % of a `put` (the
 //! serialization the rest); the checksum's value is the same, so below
 //! 0.9's and below main's readers read these stores unchanged.
+//! Another difference, not in the bytes: the files are 0600 and a
+//! directory it creates 0700 (see `private`), where below-store's follow
+//! the umask.
 //!
 //! The format (facts of below-store 0.9): one `index_<shard>` and one
 //! `data_<shard>` file per day (`shard` = the UTC day's first second, 11
@@ -18,11 +21,12 @@
 //! u32, native-endian. The CRC is the IEEE polynomial (reflected
 //! 0xEDB88320) from 0xFFFFFFFF without the final inversion.
 
+use std::fs::DirBuilder;
 use std::fs::File;
-use std::fs::OpenOptions;
 use std::io::ErrorKind;
 use std::io::Write;
 use std::os::fd::AsRawFd;
+use std::os::unix::fs::DirBuilderExt;
 use std::path::Path;
 use std::path::PathBuf;
 use std::time::SystemTime;
@@ -122,7 +126,7 @@ pub struct Writer {
 }
 
 fn open_locked(path: &Path) -> Result<File> {
-    let f = OpenOptions::new()
+    let f = crate::private::file_options()
         .append(true)
         .create(true)
         .open(path)
@@ -148,7 +152,9 @@ impl Writer {
 
     fn open(logger: slog::Logger, dir: &Path, mode: CompressionMode, shard: u64) -> Result<Writer> {
         if !dir.is_dir() {
-            std::fs::create_dir(dir)
+            DirBuilder::new()
+                .mode(crate::private::DIR_MODE)
+                .create(dir)
                 .with_context(|| format!("Failed to create store path: {}", dir.display()))?;
         }
         let index = open_locked(&dir.join(format!("index_{shard:011}")))?;
