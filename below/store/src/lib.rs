@@ -95,6 +95,8 @@ impl Recorder {
         size_limit: Option<u64>,
     ) -> Result<Self> {
         let (writer, dir_id) = open_writer(&logger, dir, mode)?;
+        // Once: a directory recreated later is ours and 0700.
+        tighten_store_dir(&logger, dir);
         Ok(Recorder {
             logger,
             dir: dir.to_path_buf(),
@@ -201,7 +203,6 @@ fn open_writer(
     mode: CompressionMode,
 ) -> Result<(Writer, (u64, u64))> {
     private::create_dir_all(dir)?;
-    tighten_store_dir(logger, dir);
     let id = dir_id(dir).with_context(|| format!("Failed to stat {}", dir.display()))?;
     let writer = Writer::new(logger.clone(), dir, mode, SystemTime::now())
         .with_context(|| format!("Failed to open store {}", dir.display()))?;
