@@ -160,6 +160,7 @@ impl CgroupCollector {
         let ranked = match &mut self.bpf {
             Some(bpf) => {
                 let files = self.plan.files_of(BackendKind::Bpf).intersection(self.want);
+                let passes = self.ranker.as_ref().map(Ranker::passes);
                 // Streams fill every cgroup: they rank afterwards.
                 let top = self
                     .ranker
@@ -172,6 +173,12 @@ impl CgroupCollector {
                         ranks
                     }
                     Err(e) => {
+                        // Ranked before the step that failed: the files
+                        // are ranked again below, against the same pass.
+                        if let Some(r) = self.ranker.as_mut().filter(|r| Some(r.passes()) != passes)
+                        {
+                            r.undo_pass();
+                        }
                         snap.notes.push(format!(
                             "bpf backend: {:#}; plain read of {:?} this sample",
                             e, files

@@ -130,6 +130,10 @@ pub(crate) struct Ranker {
     /// The ranked value of every cgroup at the previous pass, by id.
     prev: IdMap<u64>,
     next: IdMap<u64>,
+    /// `prev` before the last pass ended, for [`Ranker::undo_pass`].
+    before: IdMap<u64>,
+    /// Passes ended so far.
+    passes: u64,
 }
 
 impl Ranker {
@@ -138,7 +142,24 @@ impl Ranker {
             top,
             prev: IdMap::default(),
             next: IdMap::default(),
+            before: IdMap::default(),
+            passes: 0,
         }
+    }
+
+    /// Passes ranked so far: a caller tells by it whether a failed step
+    /// came after the ranking.
+    pub(crate) fn passes(&self) -> u64 {
+        self.passes
+    }
+
+    /// The last pass was not used (a later step failed and the sample is
+    /// read again another way): its ranking is forgotten, so the next one
+    /// is against the same previous pass, not against values read moments
+    /// earlier (which would make every rate about 0).
+    pub(crate) fn undo_pass(&mut self) {
+        std::mem::swap(&mut self.prev, &mut self.before);
+        self.passes -= 1;
     }
 
     /// Which of one pass's nodes to keep: `parents` in pre-order (see
@@ -200,8 +221,10 @@ impl Ranker {
 
     /// Forgets cgroups not seen this pass.
     fn end_pass(&mut self) {
+        std::mem::swap(&mut self.before, &mut self.prev);
         std::mem::swap(&mut self.prev, &mut self.next);
         self.next.clear();
+        self.passes += 1;
     }
 }
 

@@ -110,6 +110,27 @@ fn rates_are_against_the_previous_pass_of_every_cgroup() {
     assert_eq!(r.score(1, Some(140)), 140);
 }
 
+/// A pass ranked and then not used (a later step failed): ranking again
+/// gives the same rates, not rates against values read moments earlier.
+#[test]
+fn a_pass_undone_ranks_again_against_the_same_previous_pass() {
+    let mut r = Ranker::new(TopN {
+        n: 1,
+        by: TopBy::Cpu,
+        keep: None,
+    });
+    r.score(1, Some(100));
+    r.end_pass();
+    assert_eq!(r.score(1, Some(130)), 30);
+    r.end_pass();
+    assert_eq!(r.passes(), 2);
+    r.undo_pass();
+    assert_eq!(r.passes(), 1);
+    assert_eq!(r.score(1, Some(131)), 31, "against the first pass again");
+    r.end_pass();
+    assert_eq!(r.score(1, Some(150)), 19, "and on from the second");
+}
+
 #[test]
 fn additive_values_rank_by_own_share() {
     let parents = tree();
