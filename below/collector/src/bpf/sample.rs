@@ -127,9 +127,6 @@ pub(crate) fn fill(
     *memory_zswap_current = None;
 }
 
-/// The value top-N ranks `r` by, in the units of [`TopBy::value`];
-/// `None` for what the record does not hold (io.stat) or the cgroup
-/// does not have. The root is never ranked.
 /// Whether `r`'s pressure is what its files print: always with the pass's
 /// clock. Without it, only when no aggregation is queued (every per-CPU
 /// bucket idle and in the totals) and every average is 0 with a stall
@@ -150,6 +147,9 @@ pub(crate) fn pressure_exact(d: &Decoder, r: &Record) -> bool {
     })
 }
 
+/// The value top-N ranks `r` by, in the units of [`TopBy::value`];
+/// `None` for what the record does not hold (io.stat) or the cgroup
+/// does not have. The root is never ranked.
 pub(crate) fn rank_value(d: &Decoder, r: &Record, by: TopBy) -> Option<u64> {
     let has = |flag| has(r, flag) && r.level != 0;
     match by {
