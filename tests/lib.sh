@@ -69,13 +69,14 @@ BELOW_BIN_FROM_ENV=${BELOW_BIN:+1}
 BELOW_BIN=${BELOW_BIN:-$TARGET_DIR/release/below}
 CHECK_BIN=$TARGET_DIR/release/bstats-check
 BENCH_BIN=$TARGET_DIR/release/cgroup-bench
+LOCKWAIT_BIN=$TARGET_DIR/release/cgroup-lock-wait
 
 # Builds every release binary the suites take into guests, in one cargo run
 # (one feature resolution, so no suite rebuilds another's). Once per `./x test`:
 # x exports BSTATS_RELEASE_BUILT after building, and suites skip it.
 build_release() {
   [ -z "${BSTATS_RELEASE_BUILT:-}" ] || return 0
-  log "building release binaries (below, bstats-check, cgroup-bench)"
+  log "building release binaries (below, bstats-check, cgroup-bench, cgroup-lock-wait)"
   (cd "$REPO_ROOT" && cargo build --release --locked -q -p bstats-below -p bstats-testkit -p bstats-bench) || return 1
   export BSTATS_RELEASE_BUILT=1
 }

@@ -15,7 +15,7 @@
 # The benchmark's own cgroups (bench.slice, probe.slice, work.slice) are
 # outside the NCG.
 #
-# Per recorder KEY in turn (none, spin, below09, main-bpf, bpf, bpf-locked, read, bpf-before; a key whose
+# Per recorder KEY in turn (none, spin, below09, main-bpf, bpf, bpf-locked, read, stream, bpf-before; a key whose
 # binary is absent is written as skipped): the recorder in its own cgroup
 # (bench.slice/KEY), `record -i 1` with exitstats off, one sample of
 # warm-up, then ROUNDS rounds back to back of the workload's view: the
@@ -34,16 +34,16 @@
 # per round rN-KEY/ with probe.txt, work.txt, tree.txt (dying cgroups) and
 # stalls.txt (where operations over 150 ms waited, and who else did);
 # per recorder KEY/rec.txt and, from ours, KEY/phases.jsonl (the
-# --phase-times records of the window).
+# --phase-times records of the window); per round rN-KEY/lockwait.txt
+# (cgroup-lock-wait over the prober's window: the mutex waits of every
+# task, by who held the mutex, cgroup_mutex apart where kallsyms has it).
 #
 # Times under TCG on a shared 2-core host (debian-7.3, 5,000 cgroups,
 # 2,000 processes; setup.txt has each run's): boot to this script 5 s at
 # 2 vCPUs, 10 s at 16, 28-36 s at 64 (--numa from 16); the tree 6 s,
 # 17 s, 25-46 s; the processes 10 s, 26 s, 20-31 s. The first sample (the warm-up):
 # below 0.9 50-75 s, below main 50-60 s, ours 110-200 s; later samples
-# take up to ~100 s, ours' mostly in its process collector (it rescans
-# the cgroup tree for every cgroup id it has not seen, and the churn
-# makes new ones all the time).
+# take up to ~100 s.
 set -eu
 NCG=$1 NPROCS=$2 ROUNDS=$3 WINDOW=$4 WORKERS=$5
 shift 5
@@ -157,17 +157,48 @@ waitfor_sample() {
   done
 }
 
-# windows KEY: the prober's window then the workers' window, ROUNDS times,
-# into $OUT/rN-KEY/.
+# lockwait_start TGID / lockwait_stop DIR: cgroup-lock-wait over a window
+# (DIR/lockwait.txt): who held the mutexes the host's tasks waited for,
+# cgroup_mutex apart; TGID is the recorder's process (0: none). Absent
+# binary: no file.
+lockwait_start() {
+  _lw=
+  [ -x "$BIN/cgroup-lock-wait" ] || return 0
+  "$BIN/cgroup-lock-wait" --tgid "$1" > "$T/lockwait.txt" 2> "$T/lockwait.err" &
+  _lw=$!
+  _w=0
+  until grep -q '^lockwait attached' "$T/lockwait.txt"; do
+    if ! kill -0 $_lw 2>/dev/null || [ $_w -ge 600 ]; then
+      echo "lockwait status=failed: $(tail -n 3 "$T/lockwait.err" | tr '\n' ' ')" >> "$T/lockwait.txt"
+      kill -KILL $_lw 2>/dev/null || true
+      _lw=
+      return 0
+    fi
+    sleep 0.1; _w=$((_w + 1))
+  done
+}
+lockwait_stop() {
+  if [ -n "$_lw" ]; then
+    kill -INT $_lw
+    wait $_lw || true
+  fi
+  [ ! -f "$T/lockwait.txt" ] || mv "$T/lockwait.txt" "$1/lockwait.txt"
+}
+
+# windows KEY [TGID]: the prober's window then the workers' window, ROUNDS
+# times, into $OUT/rN-KEY/; the mutex waits over the prober's. TGID: the
+# recorder's process (none: 0).
 windows() {
   _r=1
   while [ $_r -le "$ROUNDS" ]; do
     _d=$OUT/r$_r-$1
     mkdir -p "$_d"
     echo "dying_cgroups=$(awk '$1 == "nr_dying_descendants" { print $2 }' "$CG"/cgroup.stat)" > "$_d/tree.txt"
+    lockwait_start "${2:-0}"
     # stalls.txt: where a slow operation waited, and the recorder's threads.
     sh -c 'echo $$ > "$1/home/cgroup.procs"; exec "$2" probe "$1" 10 "$3" "$4" ${5:+"$5"}' probe \
       "$CG"/probe.slice "$P" "$WINDOW" "$_d/stalls.txt" "${rcg:-}" > "$_d/probe.txt"
+    lockwait_stop "$_d"
     $P work "$CG"/work.slice "$WORKERS" "$WINDOW" > "$_d/work.txt"
     echo "fleet: $(uptime_s) s: $1 round $_r: $(cat "$_d/probe.txt") $(cat "$_d/work.txt")"
     _r=$((_r + 1))
@@ -192,7 +223,7 @@ recorder() {
       sh -c 'echo $$ > "$1/cgroup.procs"; while :; do :; done' spin "$rcg" &
       pid=$!
       u0=$(usage_usec "$rcg") a=$(uptime_s)
-      windows spin
+      windows spin $pid
       echo "status=ok" > "$dir/rec.txt"
       echo "cpu_usec=$(($(usage_usec "$rcg") - u0)) window_s=$(since "$a")" >> "$dir/rec.txt"
       kill -KILL $pid; wait $pid 2>/dev/null || true
@@ -200,7 +231,8 @@ recorder() {
       return 0 ;;
     below09) bin=$BIN/below09 ;;
     main-bpf) bin=$BIN/below-main; echo "enable_cgroup_bpf = true" > "$rdir/extra.conf" ;;
-    bpf|read) bin=$BIN/below; args="--cgroup-backend $key" ;;
+    # stream: the patched kernel's *.stat.stream files (--kernels patched).
+    bpf|read|stream) bin=$BIN/below; args="--cgroup-backend $key" ;;
     # The pass as a cgroup iterator under cgroup_mutex, on this same kernel.
     bpf-locked) bin=$BIN/below; args="--cgroup-backend bpf"; export BSTATS_BPF_WALK=locked ;;
     # Another build of ours to compare against (run.sh: FLEET_BEFORE_BIN).
@@ -233,7 +265,7 @@ recorder() {
   if waitfor_sample "$rdir" $pid 0; then
     warmup=$(since "$c0")
     u0=$(usage_usec "$rcg") s0=$(nsamples "$rdir") l0=$(lines "$rdir/phases.jsonl") a=$(uptime_s)
-    windows "$key"
+    windows "$key" $pid
     # The window ends, as it began, as a sample is written: CPU per
     # sample over whole samples (a slow recorder's sample in progress
     # would otherwise be billed to the ones before it).

@@ -45,10 +45,11 @@ def spread(vals, fmt="{:.1f}"):
     return f"{med} ({fmt.format(min(vals))}–{fmt.format(max(vals))})"
 
 
-def phases(path):
-    """Per-sample pass wall/CPU and cgroups-phase wall (ms) of a window."""
-    out = {"pass_wall": [], "pass_cpu": [], "cgroups_wall": []}
-    if not path.exists():
+def phases(path=None):
+    """Per-sample pass wall/CPU, cgroups-phase and process-phase wall (ms)
+    of a window."""
+    out = {"pass_wall": [], "pass_cpu": [], "cgroups_wall": [], "procs_wall": []}
+    if path is None or not path.exists():
         return out
     for line in path.read_text().splitlines():
         r = json.loads(line)
@@ -57,6 +58,34 @@ def phases(path):
             out["pass_cpu"].append(r["pass"]["cpu_ms"])
         if r.get("cgroups"):
             out["cgroups_wall"].append(r["cgroups"]["wall_ms"])
+        if r.get("procs"):
+            out["procs_wall"].append(r["procs"]["wall_ms"])
+    return out
+
+
+def lockwaits(rounds_dir):
+    """cgroup-lock-wait's lines over a recorder's rounds: per (lock,
+    holder) waits and total ms summed, max ms the largest; None when no
+    round has a file; "mutex" says whether cgroup_mutex was told apart."""
+    files = [r / "lockwait.txt" for r in rounds_dir if (r / "lockwait.txt").exists()]
+    if not files:
+        return None
+    out = {"mutex": "known", "status": "ok"}
+    for f in files:
+        for line in f.read_text().splitlines():
+            if not line.startswith("lockwait "):
+                continue
+            if "status=" in line:
+                out["status"] = line.split("status=", 1)[1]
+            if "cgroup_mutex=unknown" in line:
+                out["mutex"] = "unknown"
+            t = dict(tok.split("=", 1) for tok in line.split()[1:] if "=" in tok)
+            if "lock" not in t:
+                continue
+            c = out.setdefault((t["lock"], t["holder"]), [0, 0.0, 0.0])
+            c[0] += int(t["waits"])
+            c[1] += float(t["total_ms"])
+            c[2] = max(c[2], float(t["max_ms"]))
     return out
 
 
@@ -97,6 +126,7 @@ def main():
             rounds.setdefault((n, key), {})[int(rnd)] = c
         for key in labels:
             rec = kv(d / key / "rec.txt")
+            rec["lockwait"] = lockwaits(sorted(d.glob(f"r*-{key}")) if d.exists() else [])
             rec.update(phases(d / key / "phases.jsonl"))
             recs[(n, key)] = rec
 
@@ -172,19 +202,55 @@ def main():
                   f"| {pass_wall} | {fmt(mean(rec['pass_cpu']), '{:.2f}')} |")
         print()
 
+    # Who held the mutexes the host's tasks waited for, over the prober's windows.
+    for n in vcpus:
+        waits = {k: recs[(n, k)].get("lockwait") for k in labels if k not in skips}
+        if not any(waits.values()):
+            continue
+        unknown = any(w and w["mutex"] == "unknown" for w in waits.values())
+        print(f"### {n} {cpus}: who the host's tasks waited for\n")
+        print("`cgroup-lock-wait` (lock tracepoints) over the prober's windows, all rounds: every "
+              "wait for a contended mutex, booked to the task holding it when the wait began "
+              "(its owner word); cell: waits / total ms / longest ms. "
+              + ("cgroup_mutex's address is not in this kernel's kallsyms: its waits are "
+                 "among the other mutexes'.\n" if unknown else
+                 "cgroup_mutex (every cgroup mkdir, rmdir and attach takes it) apart.\n"))
+        if unknown:
+            cols = [("other_mutex", h) for h in ("recorder", "kernel", "other")]
+            names = ["any mutex held by the recorder", "by kernel threads", "by other tasks"]
+        else:
+            cols = [("cgroup_mutex", "recorder"), ("cgroup_mutex", "kernel"), ("cgroup_mutex", "other"),
+                    ("other_mutex", "recorder")]
+            names = ["cgroup_mutex held by the recorder", "by kernel threads", "by other tasks",
+                     "other mutexes held by the recorder"]
+        print("| recorder | " + " | ".join(names) + " |")
+        print("| --- | " + " | ".join("--:" for _ in cols) + " |")
+        for key, label in labels.items():
+            w = waits.get(key)
+            if not w:
+                continue
+            if w["status"] != "ok":
+                problems.append(f"{n} {cpus}, {key}: cgroup-lock-wait {w['status']}")
+                print(f"| {label} | {w['status']} |" + "|" * len(cols))
+                continue
+            cell = lambda c: "{} / {:.1f} / {:.2f}".format(*c) if c else "–"
+            print(f"| {label} | " + " | ".join(cell(w.get(c)) for c in cols) + " |")
+        print()
+
     print("### The recorder's view: CPU per sample (its cgroup's usage_usec / samples), ms\n")
     keys = [k for k in labels if k not in ("none", "spin")]
     print(f"| {cpus} | " + " | ".join(labels[k] for k in keys)
-          + " | ours BPF: pass wall ms | pass CPU ms | ours BPF / below 0.9 |")
-    print("| --: | " + " | ".join("--:" for _ in keys) + " | --: | --: | --: |")
+          + " | ours BPF: pass wall ms | pass CPU ms | cgroups ms | processes ms | ours BPF / below 0.9 |")
+    print("| --: | " + " | ".join("--:" for _ in keys) + " | --: | --: | --: | --: | --: |")
     for n in vcpus:
         per = {k: cpu_per_sample(recs[(n, k)]) for k in keys}
         row = ["skipped" if k in skips else f"{fmt(per[k])} ({recs[(n, k)].get('samples', '–')} samples)"
                if per[k] is not None else "–" for k in keys]
-        b = recs[(n, "bpf")] if (n, "bpf") in recs else {"pass_wall": [], "pass_cpu": []}
+        b = recs.get((n, "bpf"), phases())
         rel = f"{per['bpf'] / per['below09']:.3f}" if per.get("bpf") and per.get("below09") else "–"
         print(f"| {n} | " + " | ".join(row) + f" | {fmt(mean(b['pass_wall']), '{:.2f}')} "
-              f"| {fmt(mean(b['pass_cpu']), '{:.2f}')} | {rel} |")
+              f"| {fmt(mean(b['pass_cpu']), '{:.2f}')} | {fmt(mean(b['cgroups_wall']))} "
+              f"| {fmt(mean(b['procs_wall']))} | {rel} |")
     print()
     for p in problems:
         print(f"[bench] fleet: {p}", file=sys.stderr)

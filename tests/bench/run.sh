@@ -4,7 +4,7 @@
 #                           [--out DIR] [-- cgroup-bench ARGS...]
 #        tests/bench/run.sh --fleet | --fleet-smoke [--vcpus 2,16,64] [--cgroups 5000]
 #                           [--procs 2000] [--rounds 3] [--window 5] [--workers 2]
-#                           [--recorders none,below09,main-bpf,bpf,bpf-locked,read]
+#                           [--recorders none,below09,main-bpf,bpf,bpf-locked,read,stream]
 #                           [--kernels debian-7.3] [--out DIR]
 # Builds release cgroup-bench and below, boots each kernel under QEMU (TCG,
 # tests/vm/run.sh), runs the benchmark in the guest and prints its markdown
@@ -58,11 +58,14 @@
 #             shaped by systemd, --procs sleeping processes and container
 #             churn; per recorder (none, below 0.9, below main
 #             enable_cgroup_bpf, ours BPF, ours BPF with the walk under
-#             cgroup_mutex (BSTATS_BPF_WALK=locked), ours plain read;
+#             cgroup_mutex (BSTATS_BPF_WALK=locked), ours plain read,
+#             ours stream (with --kernels patched);
 #             `record -i 1`, exitstats off) and round: a prober's mkdir/attach/detach/
 #             rmdir latency every 10 ms for --window s, then --workers
 #             throughput workers for --window s, the recorder's CPU per
-#             sample from its cgroup and ours' BPF pass from --phase-times.
+#             sample from its cgroup, ours' BPF pass from --phase-times,
+#             and who held the mutexes the host's tasks waited for over
+#             the prober's window (cgroup-lock-wait).
 #             Prints tables with the command that reproduces them
 #             (DIR/fleet.md). A BELOW_BIN from the environment is measured
 #             as ours and nothing is built. Defaults: 46 min on a shared
@@ -370,6 +373,7 @@ fleet_report_args() {
       bpf) _args+=("bpf=ours, BPF") ;;
       bpf-locked) _args+=("bpf-locked=ours, BPF, walk under cgroup_mutex") ;;
       read) _args+=("read=ours, plain read") ;;
+      stream) _args+=("stream=ours, stream (patched kernel)") ;;
       bpf-before) _args+=("bpf-before=ours, BPF, before")
         [ -n "${FLEET_BEFORE_BIN:-}" ] || _args+=(--skip "bpf-before=FLEET_BEFORE_BIN not set") ;;
       *) _args+=("$key=$key") ;;
@@ -396,7 +400,8 @@ bench_fleet() {
   mkdir -p "$d"
   gcc -static -O2 -Wall -pthread -o "$d/fleet-probe" tests/bench/fleet-probe.c || return 1
   local fadds=(--add "$d/fleet-probe:/fleet-probe" --add tests/bench/fleet-guest.sh:/fleet-guest.sh
-               --add "$BELOW_BIN:/bin/below" --add "$below09:/bin/below09" "${host_adds[@]}")
+               --add "$BELOW_BIN:/bin/below" --add "$below09:/bin/below09"
+               --add "$LOCKWAIT_BIN:/bin/cgroup-lock-wait" "${host_adds[@]}")
   [ -z "${BELOW_MAIN_BIN:-}" ] || fadds+=(--add "$BELOW_MAIN_BIN:/bin/below-main")
   [ -z "${FLEET_BEFORE_BIN:-}" ] || fadds+=(--add "$FLEET_BEFORE_BIN:/bin/below-before")
   for n in ${fleet_vcpus//,/ }; do
@@ -456,6 +461,7 @@ bench_fleet_native() {
   gcc -static -O2 -Wall -pthread -o "$d/fleet-probe" tests/bench/fleet-probe.c || return 1
   ln -s "$BELOW_BIN" "$d/bin/below"
   ln -s "$below09" "$d/bin/below09"
+  ln -s "$LOCKWAIT_BIN" "$d/bin/cgroup-lock-wait"
   [ -z "${BELOW_MAIN_BIN:-}" ] || ln -s "$BELOW_MAIN_BIN" "$d/bin/below-main"
   [ -z "${FLEET_BEFORE_BIN:-}" ] || ln -s "$FLEET_BEFORE_BIN" "$d/bin/below-before"
   fleet_native_cleanup "$cg"
