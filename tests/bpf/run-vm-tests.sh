@@ -57,7 +57,7 @@ facts() {
   local bin
   bin=$(collector_test_binary) || return 1
   "$REPO_ROOT/tests/vm/run.sh" --kernel "$1" --timeout 1500 --add "$bin:/bpf-stats-test" \
-    -- /bpf-stats-test --test-threads 1 bpf::facts_test bpf::kernel bpf::walk_test names_test
+    -- /bpf-stats-test --test-threads 1 bpf::facts_test bpf::kernel bpf::walk_test names_test files_test
 }
 
 # The kernel of STAGE[:KERNEL].

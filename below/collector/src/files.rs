@@ -67,6 +67,24 @@ impl StatFile {
         StatFile::ALL.iter().copied().find(|f| f.name() == name)
     }
 
+    /// The controller whose interface file this is: it exists in a
+    /// cgroup only while that controller is in the cgroup's
+    /// cgroup.controllers. None: a core file every cgroup has.
+    pub fn controller(self) -> Option<&'static str> {
+        use StatFile::*;
+        match self {
+            IoStat => Some("io"),
+            PidsCurrent | PidsMax => Some("pids"),
+            MemoryCurrent | MemoryStat | MemorySwapCurrent | MemoryMin | MemoryLow | MemoryHigh
+            | MemoryMax | MemorySwapMax | MemoryZswapMax | MemoryEvents | MemoryEventsLocal
+            | MemoryNumaStat => Some("memory"),
+            CpusetCpus | CpusetCpusEffective | CpusetMems | CpusetMemsEffective => Some("cpuset"),
+            CpuWeight | CpuMax => Some("cpu"),
+            CpuStat | CpuPressure | IoPressure | MemoryPressure | CgroupStat
+            | CgroupControllers | CgroupSubtreeControl => None,
+        }
+    }
+
     /// The three pressure files fill one sample field together.
     pub fn is_pressure(self) -> bool {
         matches!(

@@ -35,6 +35,8 @@ mod table;
 mod top;
 
 #[cfg(test)]
+mod files_test;
+#[cfg(test)]
 mod names_test;
 
 use cgroupfs::CpuPressure;

@@ -181,6 +181,9 @@ impl BpfBackend {
             } else if decode::has(r, contract::HAS_PSI) && !sample::pressure_exact(&decoder, r) {
                 row_text = pressure_text;
             }
+            if bpf.contains(StatFile::CgroupControllers) {
+                row_text = existing(row_text, r.controllers);
+            }
             walker.read_row(table, pos, row_text, errors);
         }
         // Keep history only for cgroups that still exist.
@@ -234,6 +237,22 @@ fn rank_groups(by: TopBy) -> Option<u32> {
 }
 
 /// The root's files that BPF cannot serve but the plan gives to BPF.
+/// `files` less the files of controllers the cgroup does not have
+/// (`controllers`: its record's cgroup.controllers bits): those do not
+/// exist there, and opening them would only find ENOENT.
+fn existing(files: FileSet, controllers: u32) -> FileSet {
+    let enabled = |c: &str| {
+        contract::CONTROLLERS
+            .iter()
+            .position(|&n| n == c)
+            .is_some_and(|bit| controllers & (1 << bit) != 0)
+    };
+    files
+        .iter()
+        .filter(|f| f.controller().is_none_or(enabled))
+        .collect()
+}
+
 fn root_text_files(bpf: FileSet) -> FileSet {
     [
         StatFile::CpuStat,
