@@ -149,9 +149,9 @@ fn one_sample(
 }
 
 /// A kernel-read pass with its openat calls counted (kept off the timed
-/// samples, see [`thread_cost::SyscallCounter`]).
+/// samples, see [`bstats_testkit::SyscallCounter`]).
 fn read_counting_opens(c: &mut Collector) -> Result<(Raw, Option<u64>, &'static str)> {
-    if let Ok(perf) = thread_cost::SyscallCounter::new("openat") {
+    if let Ok(perf) = bstats_testkit::SyscallCounter::new("syscalls/sys_enter_openat") {
         let before = perf.read()?;
         let raw = c.read()?;
         return Ok((raw, Some(perf.read()? - before), "perf"));

@@ -1,15 +1,11 @@
 //! Per-thread cost probes: CPU time (getrusage RUSAGE_THREAD), read
-//! syscalls (/proc/thread-self/io syscr) and, when the kernel has syscall
-//! tracepoints, exact syscall counts through perf.
+//! syscalls (/proc/thread-self/io syscr); exact counts are
+//! bstats_testkit::SyscallCounter's.
 
 use std::fs::File;
-use std::os::fd::AsRawFd;
-use std::os::fd::FromRawFd;
-use std::os::fd::OwnedFd;
 use std::os::unix::fs::FileExt;
 use std::time::Duration;
 
-use anyhow::bail;
 use anyhow::Context;
 use anyhow::Result;
 
@@ -104,74 +100,5 @@ impl SysCr {
     /// Read syscalls between two probes, without the probes' own.
     pub fn delta(&self, before: u64, after: u64) -> u64 {
         (after - before).saturating_sub(self.own_cost)
-    }
-}
-
-/// Counts one syscall's entries by the calling thread through a perf
-/// tracepoint event. Kept off the timed samples: an enabled syscall
-/// tracepoint slows every syscall on the machine.
-pub struct SyscallCounter {
-    fd: OwnedFd,
-}
-
-/// The leading part of `struct perf_event_attr` (PERF_ATTR_SIZE_VER5);
-/// zeroed flags mean enabled, counting user and kernel.
-#[repr(C)]
-struct PerfEventAttr {
-    type_: u32,
-    size: u32,
-    config: u64,
-    rest: [u64; 12],
-}
-
-const PERF_TYPE_TRACEPOINT: u32 = 2;
-const PERF_FLAG_FD_CLOEXEC: libc::c_ulong = 1 << 3;
-
-impl SyscallCounter {
-    pub fn new(syscall: &str) -> Result<Self> {
-        let id = ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"]
-            .iter()
-            .find_map(|t| {
-                std::fs::read_to_string(format!("{t}/events/syscalls/sys_enter_{syscall}/id")).ok()
-            })
-            .context("no syscall tracepoints (tracefs not mounted or CONFIG_FTRACE_SYSCALLS=n)")?;
-        let attr = PerfEventAttr {
-            type_: PERF_TYPE_TRACEPOINT,
-            size: std::mem::size_of::<PerfEventAttr>() as u32,
-            config: id.trim().parse().context("bad tracepoint id")?,
-            rest: [0; 12],
-        };
-        // SAFETY: perf_event_open reads `attr` (size given inside); pid 0 and
-        // cpu -1 count the calling thread on any CPU.
-        let fd = unsafe {
-            libc::syscall(
-                libc::SYS_perf_event_open,
-                &attr as *const PerfEventAttr,
-                0,
-                -1,
-                -1,
-                PERF_FLAG_FD_CLOEXEC,
-            )
-        };
-        if fd < 0 {
-            bail!(
-                "perf_event_open(sys_enter_{syscall}): {}",
-                std::io::Error::last_os_error()
-            );
-        }
-        // SAFETY: a new fd owned by no one else.
-        Ok(SyscallCounter {
-            fd: unsafe { OwnedFd::from_raw_fd(fd as i32) },
-        })
-    }
-
-    pub fn read(&self) -> Result<u64> {
-        let mut v = [0u8; 8];
-        // SAFETY: reading 8 bytes into an 8-byte buffer.
-        let n = unsafe { libc::read(self.fd.as_raw_fd(), v.as_mut_ptr().cast(), 8) };
-        if n != 8 {
-            bail!("perf counter read: {}", std::io::Error::last_os_error());
-        }
-        Ok(u64::from_ne_bytes(v))
     }
 }

@@ -1,11 +1,14 @@
 //! Test scaffolding shared by the Rust tests, the benchmark and the guest
-//! acceptance driver (`bstats-check`): one cgroup-tree fixture.
+//! acceptance driver (`bstats-check`): one cgroup-tree fixture, and
+//! one syscall counter.
 
 mod fixture;
+mod syscalls;
 mod work;
 
 pub use fixture::Controllers;
 pub use fixture::Fixture;
+pub use syscalls::SyscallCounter;
 pub use work::Cpu;
 pub use work::Cycle;
 pub use work::Work;

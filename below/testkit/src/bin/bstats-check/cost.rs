@@ -1,77 +1,40 @@
 //! Checks 5 and 6: syscalls and CPU per sample.
 
-use std::fs;
-use std::path::Path;
 use std::time::Instant;
 
 use anyhow::bail;
-use anyhow::Context;
 use anyhow::Result;
 use bstats_collector::BackendChoice;
 use bstats_collector::CgroupCollector;
 use bstats_collector::StatFile;
 use bstats_testkit::Controllers;
 use bstats_testkit::Fixture;
-use libbpf_rs::libbpf_sys;
-use libbpf_rs::libbpf_sys::perf_event_attr;
+use bstats_testkit::SyscallCounter;
 
 use crate::cgroup_root;
 use crate::options;
 
-/// Counts this process's syscalls (all, and openat) with the
-/// raw_syscalls/syscalls tracepoints through perf counters.
-struct SyscallCounter {
-    all: i32,
-    opens: i32,
+/// This thread's syscalls: all, and openat.
+struct Counters {
+    all: SyscallCounter,
+    opens: SyscallCounter,
 }
 
-impl SyscallCounter {
+impl Counters {
     fn new() -> Result<Self> {
-        let base = [
-            "/sys/kernel/tracing/events",
-            "/sys/kernel/debug/tracing/events",
-        ]
-        .into_iter()
-        .find(|p| Path::new(p).exists())
-        .context("no tracefs (mount -t tracefs nodev /sys/kernel/tracing)")?;
-        Ok(SyscallCounter {
-            all: Self::open(&format!("{base}/raw_syscalls/sys_enter/id"))?,
-            opens: Self::open(&format!("{base}/syscalls/sys_enter_openat/id"))?,
+        Ok(Counters {
+            all: SyscallCounter::new("raw_syscalls/sys_enter")?,
+            opens: SyscallCounter::new("syscalls/sys_enter_openat")?,
         })
-    }
-
-    fn open(id_file: &str) -> Result<i32> {
-        let id: u64 = fs::read_to_string(id_file)
-            .with_context(|| format!("reading {id_file}"))?
-            .trim()
-            .parse()?;
-        // SAFETY: perf_event_attr is plain data; zero is a valid start.
-        let mut attr: perf_event_attr = unsafe { std::mem::zeroed() };
-        attr.type_ = libbpf_sys::PERF_TYPE_TRACEPOINT;
-        attr.size = std::mem::size_of::<perf_event_attr>() as u32;
-        attr.config = id;
-        // SAFETY: counting this thread on any CPU.
-        let fd = unsafe { libc::syscall(libc::SYS_perf_event_open, &attr, 0, -1, -1, 0) };
-        if fd < 0 {
-            return Err(std::io::Error::last_os_error()).context("perf_event_open");
-        }
-        Ok(fd as i32)
-    }
-
-    fn read(fd: i32) -> u64 {
-        let mut v = 0u64;
-        // SAFETY: reading one u64 counter value into `v`.
-        unsafe { libc::read(fd, (&mut v as *mut u64).cast(), 8) };
-        v
     }
 
     /// (syscalls, openats) made by `f`: the first read's entry is already
     /// counted, the other three reads are subtracted.
-    fn count(&self, f: impl FnOnce()) -> (u64, u64) {
-        let (a0, o0) = (Self::read(self.all), Self::read(self.opens));
+    fn count(&self, f: impl FnOnce()) -> Result<(u64, u64)> {
+        let (a0, o0) = (self.all.read()?, self.opens.read()?);
         f();
-        let (o1, a1) = (Self::read(self.opens), Self::read(self.all));
-        (a1 - a0 - 3, o1 - o0)
+        let (o1, a1) = (self.opens.read()?, self.all.read()?);
+        Ok((a1 - a0 - 3, o1 - o0))
     }
 }
 
@@ -79,7 +42,7 @@ impl SyscallCounter {
 /// included) opens nothing and makes as many syscalls with 200 cgroups as
 /// with 10.
 pub fn syscalls() -> Result<()> {
-    let counter = SyscallCounter::new()?;
+    let counter = Counters::new()?;
     let root = cgroup_root()?;
     let mut results = Vec::new();
     for n in [10, 200] {
@@ -93,7 +56,7 @@ pub fn syscalls() -> Result<()> {
         }
         c.collect(); // first sample opens the root's kept files
         let mut nodes = 0;
-        let (calls, opens) = counter.count(|| nodes = c.collect().nodes.len());
+        let (calls, opens) = counter.count(|| nodes = c.collect().nodes.len())?;
         println!(
             "syscalls: {nodes} cgroups, {} files: {calls} syscalls, {opens} opens per BPF sample",
             c.wanted().iter().count()
