@@ -167,6 +167,9 @@ struct Config {
     debug: bool,
     listen: Option<std::net::SocketAddr>,
     metrics: bstats_metrics::Options,
+    /// `record`'s durability policy from the config file (`--store-sync`
+    /// overrides it).
+    store_sync: Option<bstats_store::StoreSync>,
     /// From the config file; flags override each key.
     top: TopOpts,
 }
@@ -195,6 +198,7 @@ fn load_config(opt: &Opt) -> Result<Config> {
         debug: opt.debug,
         listen: extra.listen,
         metrics: extra.metrics,
+        store_sync: extra.store_sync,
         top: TopOpts {
             cgroup_top: extra.cgroup_top,
             cgroup_top_by: extra.cgroup_top_by,

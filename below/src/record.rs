@@ -73,6 +73,13 @@ pub struct RecordOpts {
     pub count: Option<u64>,
     #[clap(flatten)]
     pub compress_opts: CompressOpts,
+    /// When a written sample is made durable: `sample` (default: fsynced
+    /// by a sync thread right after it is written, so a power cut loses
+    /// at most the sample being written), `interval:N` (every N seconds:
+    /// fewer fsyncs, up to N s lost) or `none` (never, as below: up to
+    /// ~30 s lost). Config key `store_sync`.
+    #[clap(long, value_name = "POLICY")]
+    pub store_sync: Option<bstats_store::StoreSync>,
     /// Serve the latest sample as OpenMetrics on http://ADDR/metrics
     /// (e.g. 127.0.0.1:9749); config key `listen`, limits in `[metrics]`.
     /// Default: listen nowhere.
@@ -166,12 +173,13 @@ pub fn record(logger: &slog::Logger, cfg: &Config, opts: RecordOpts) -> Result<(
         None => None,
     };
     let store_dir = &cfg.below.store_dir;
-    let mut recorder = bstats_store::Recorder::new(
+    let mut recorder = bstats_store::Recorder::with_sync(
         logger.clone(),
         store_dir,
         mode,
         opts.retain_for_s.map(Duration::from_secs),
         opts.store_size_limit,
+        opts.store_sync.or(cfg.store_sync).unwrap_or_default(),
     )?;
     bstats_store::append_backend_record(
         store_dir,
