@@ -324,7 +324,10 @@ pub fn append_backend_record(dir: &Path, rec: &BackendRecord) -> Result<()> {
     let mut line = serde_json::to_vec(rec)?;
     line.push(b'\n');
     f.write_all(&line)
-        .with_context(|| format!("Failed to write {}", path.display()))
+        .with_context(|| format!("Failed to write {}", path.display()))?;
+    // Once per record run: the plan of the samples a power cut leaves.
+    f.sync_data()
+        .with_context(|| format!("Failed to sync {}", path.display()))
 }
 
 /// All records of a store, oldest first. A store recorded by upstream
