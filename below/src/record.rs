@@ -114,6 +114,19 @@ fn sleep_until(deadline: Instant) {
     }
 }
 
+/// Seconds since this process started (its exec), from /proc: how long a
+/// restarted recorder was blind before its first sample.
+fn since_exec() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // starttime is field 22; the command name (field 2) may hold spaces.
+    let after_comm = stat.rsplit_once(')')?.1;
+    let start_ticks: f64 = after_comm.split_whitespace().nth(19)?.parse().ok()?;
+    let uptime = std::fs::read_to_string("/proc/uptime").ok()?;
+    let uptime: f64 = uptime.split_whitespace().next()?.parse().ok()?;
+    let hz = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK).ok()??;
+    Some(uptime - start_ticks / hz as f64)
+}
+
 /// below's skew warning: a collection slower than the threshold.
 fn check_skew(logger: &slog::Logger, took: Duration, threshold: Duration) {
     if took >= threshold {
@@ -231,6 +244,11 @@ pub fn record(logger: &slog::Logger, cfg: &Config, opts: RecordOpts) -> Result<(
                 let write = lap.lap();
                 collector.recycle(frame.sample);
                 let free = lap.lap();
+                if written && n == 0 {
+                    if let Some(s) = since_exec() {
+                        info!(logger, "First sample written {:.2} s after start", s);
+                    }
+                }
                 if written {
                     let now = bstats_model::process_cpu_time();
                     let c = &collector.times;
