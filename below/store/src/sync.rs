@@ -98,6 +98,8 @@ struct Shared {
 /// The sync thread and its queue.
 pub(crate) struct Syncer {
     logger: slog::Logger,
+    /// Entries wait for the tick in interval mode: not a lag.
+    every: Option<Duration>,
     shared: Arc<Shared>,
     thread: Option<JoinHandle<()>>,
 }
@@ -116,6 +118,7 @@ impl Syncer {
             .context("Failed to start the store sync thread")?;
         Ok(Syncer {
             logger,
+            every,
             shared,
             thread: Some(thread),
         })
@@ -128,7 +131,7 @@ impl Syncer {
         if let Some(e) = s.failed.take() {
             return Err(e);
         }
-        let behind = !s.queue.is_empty() || s.busy;
+        let behind = self.every.is_none() && (!s.queue.is_empty() || s.busy);
         if behind && !s.lagging {
             warn!(
                 self.logger,
