@@ -99,7 +99,13 @@ pub fn recorders(b: &Binaries) -> Result<Vec<Recorder>> {
         // What making each sample durable (the default) costs.
         let a = [&["--cgroup-backend", "bpf"][..], &rec[..], &[off]].concat();
         let nosync = "store_sync = \"none\"\n";
-        plain.push(row("bpf-nosync", "ours, BPF, store_sync none", p, &a, nosync));
+        plain.push(row(
+            "bpf-nosync",
+            "ours, BPF, store_sync none",
+            p,
+            &a,
+            nosync,
+        ));
         // What exitstats (on by default) adds.
         let a = [&["--cgroup-backend", "bpf"][..], &rec[..]].concat();
         plain.push(row("bpf-exitstats", "ours, BPF, exitstats on", p, &a, ""));

@@ -114,7 +114,10 @@ pub fn setup(
     enabled: bool,
     data: Arc<Mutex<procfs::PidMap>>,
 ) -> Option<ExitStats> {
-    report(logger, enabled.then(|| ExitStats::start(logger.clone(), data)))
+    report(
+        logger,
+        enabled.then(|| ExitStats::start(logger.clone(), data)),
+    )
 }
 
 /// Logs what [`ExitStats::start`] gave (None: not asked for) as [`setup`]
