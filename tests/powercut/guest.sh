@@ -4,7 +4,8 @@
 # QEMU while this boot records (the power cut).
 #   guest.sh FS EPOCH CGROUPS record|final|cost
 # Mounts the disk (journal/log recovery), prints what every reader finds in
-# every store (HAVE lines: an empty store reads as n=0), then either
+# every store (HAVE lines: an empty store reads as n=0; readers: ours,
+# below 0.9 and, when the host added /below-main, below main), then either
 # records until the power goes (record) or appends 3 samples cleanly and
 # reads again (final). EPOCH: the host makes it 4 s before a UTC midnight,
 # a day later each boot, so time only goes forward from boot to boot and
@@ -25,7 +26,7 @@ echo  # the console's escape codes end here: lines start clean
 mkdir -p /mnt
 mount -t "$fs" /dev/scratch /mnt || { echo "POWERCUT mount failed"; exit 1; }
 
-b09_conf() { # STORE: below 0.9 takes the store directory from a config file
+b09_conf() { # STORE: below 0.9 and main take the store directory from a config file
   mkdir -p /tmp/log09
   printf 'store_dir = "/mnt/%s"\nlog_dir = "/tmp/log09"\n' "$1" >"/tmp/$1.b09.conf"
   echo "/tmp/$1.b09.conf"
@@ -38,6 +39,7 @@ have() {
   case $reader in
     ours) set -- /below --store-dir "/mnt/$store" ;;
     b09) set -- /below09 --config "$(b09_conf "$store")" ;;
+    main) set -- /below-main --config "$(b09_conf "$store")" ;;
   esac
   "$@" dump system -b "2000-01-01 00:00:00" -e "2100-01-01 00:00:00" -f timestamp -O csv >/tmp/dump 2>/tmp/err
   rc=$?
@@ -56,6 +58,7 @@ read_all() {
   for s in ours ours-limit b09; do
     have "$s" ours
     have "$s" b09
+    [ ! -x /below-main ] || have "$s" main
   done
 }
 

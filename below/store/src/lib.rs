@@ -505,6 +505,50 @@ mod test {
         }
     }
 
+    /// A sync that fails (here: the index grew behind the writer's back,
+    /// with a torn entry) fails the next write; the one after reopens the
+    /// shard, cuts the torn entry and lands.
+    #[test]
+    fn a_failed_sync_fails_the_next_write_then_recording_goes_on() {
+        let d = tempfile::tempdir().unwrap();
+        let logger = slog::Logger::root(slog::Discard, slog::o!());
+        let hour = StoreSync::Interval(Duration::from_secs(3600));
+        let mode = CompressionMode::None;
+        let mut r = Recorder::with_sync(logger.clone(), d.path(), mode, None, None, hour).unwrap();
+        let t0 = SystemTime::now();
+        assert!(r.put(t0, &frame(model::Sample::default())));
+        let index = std::fs::read_dir(d.path())
+            .unwrap()
+            .flatten()
+            .find(|e| e.file_name().to_string_lossy().starts_with("index_"))
+            .unwrap()
+            .path();
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(&index)
+            .unwrap()
+            .write_all(&[0xff; 32])
+            .unwrap();
+        r.wait_durable();
+        assert!(!r.put(
+            t0 + Duration::from_secs(1),
+            &frame(model::Sample::default())
+        ));
+        let mut sample = model::Sample::default();
+        sample.cgroup.memory_current = Some(9);
+        assert!(r.put(t0 + Duration::from_secs(2), &frame(sample)));
+        r.wait_durable();
+        assert_eq!(
+            std::fs::metadata(&index).unwrap().len(),
+            32,
+            "torn entry cut"
+        );
+        let (_, f) = store::read_next_sample(d.path(), t0, store::Direction::Forward, logger)
+            .unwrap()
+            .expect("the sample after the failure");
+        assert_eq!(f.sample.cgroup.memory_current, Some(9));
+    }
+
     #[test]
     fn samples_land_in_a_recreated_store_directory() {
         let d = tempfile::tempdir().unwrap();
