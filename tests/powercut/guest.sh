@@ -21,6 +21,7 @@
 set -u
 fs=$1 epoch=$2 ncg=$3 mode=$4
 echo  # the console's escape codes end here: lines start clean
+echo "POWERCUT epoch $epoch"
 
 [ "$fs" != xfs ] || insmod /xfs.ko || echo "POWERCUT insmod xfs failed"
 mkdir -p /mnt
@@ -110,17 +111,20 @@ while [ "$i" -lt "$ncg" ]; do
   mkdir -p "$@"
 done
 # An hour early until our first sample is durable, then 4 s before
-# midnight: below's start-up under TCG takes longer than 4 s.
+# midnight: below's start-up under TCG takes longer than 4 s. The shard of
+# that hour may hold the last boot's samples: wait for it to grow.
 set_clock $((epoch - 3600))
+first=/mnt/ours/index_$(printf %011d $(((epoch - 3600) / 86400 * 86400)))
+size() { if [ -f "$first" ]; then wc -c <"$first"; else echo 0; fi; }
+before=$(size)
 ours_args="record --interval-s 1 --compress --dict-compress-chunk-size 16 --disable-exitstats"
 # shellcheck disable=SC2086 # $ours_args are several arguments
 /below --debug --store-dir /mnt/ours $ours_args &
 # shellcheck disable=SC2086
 /below --store-dir /mnt/ours-limit $ours_args --store-size-limit 1 2>&1 | sed 's/^/ours-limit: /' &
 /below09 --config "$(b09_conf b09)" record -i 1 --compress --disable-exitstats 2>&1 | sed 's/^/b09: /' &
-first=/mnt/ours/index_$(printf %011d $(((epoch - 3600) / 86400 * 86400)))
 i=0
-until [ -s "$first" ] || [ $i -ge 600 ]; do sleep 0.5; i=$((i + 1)); done
+until [ "$(size)" -gt "$before" ] || [ $i -ge 600 ]; do sleep 0.5; i=$((i + 1)); done
 set_clock "$epoch"
 echo "POWERCUT armed"
 # The guest's clock on the console, each second: the last one seen before

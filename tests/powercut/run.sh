@@ -8,7 +8,8 @@
 # same disk, reads every store and records again. Per cut:
 #   - every store reads without error, with our reader and below 0.9's;
 #   - every sample our recorder had said was durable ("Store durable through
-#     T", --debug) before the cut is there, for both readers (the promise);
+#     T", --debug) before the cut is there, for every reader (the promise);
+#     with BELOW_MAIN_BIN set (a below main binary), below main reads too;
 #   - the boot after appends again (its samples are there at the next cut,
 #     and the last boot appends 3 samples cleanly);
 #   - below 0.9's own store (recorded beside ours, through the same cuts):
@@ -84,9 +85,11 @@ boot() {
 
 boot_once() {
   local fs=$1 n=$2 epoch=$3 mode=$4 log=$keep/$1-$2.log pid rc=0 waited=0 delay
+  local main=()
+  [ -z "${BELOW_MAIN_BIN:-}" ] || main=(--add "$BELOW_MAIN_BIN:/below-main")
   rm -f "$work/qemu.pid"
   "$VM_DIR/run.sh" --kernel "$kernel" --timeout 900 --disk-image "$work/$fs.img" --pidfile "$work/qemu.pid" \
-    --add "$BELOW_BIN:/below" --add "$below09:/below09" --add "$xfs:/xfs.ko" \
+    --add "$BELOW_BIN:/below" --add "$below09:/below09" --add "$xfs:/xfs.ko" "${main[@]}" \
     --add "$REPO_ROOT/tests/powercut/guest.sh:/guest.sh" \
     -- sh /guest.sh "$fs" "$epoch" "$ncg" "$mode" >"$log" 2>"$log.err" &
   pid=$!
@@ -147,23 +150,26 @@ def parse(p):
     # the 500 ms that makes it log "data collection took".
     b09_taken = len(re.findall(r"^b09: .*data collection took", text, re.M))
     ticks = [int(t) for t in re.findall(r"^TICK (\d+)$", text, re.M)]
-    return have, errs, durable, ticks, written, b09_taken
+    epoch = [int(t) for t in re.findall(r"^POWERCUT epoch (\d+)$", text, re.M)]
+    return have, errs, durable, ticks, written, b09_taken, (epoch or [0])[0]
 print("cut  fs    written  promised  ours found  lost  b09 taken  b09 found  read errors  appended after")
 worst = {"ours": 0, "b09": 0}
 promised = []
 for fs in fss:
     promised = []
     for n in range(cuts):
-        _, _, durable, ticks, written, b09_taken = parse(keep / f"{fs}-{n}.log")
+        _, _, durable, ticks, written, b09_taken, epoch = parse(keep / f"{fs}-{n}.log")
         have, errs, *_ = parse(keep / f"{fs}-{n + 1}.log")
         promised += durable
-        # This boot's clock: an hour before its first tick (see guest.sh)
-        # to its last.
-        lo, hi = (ticks[0] - 3700, ticks[-1] + 2) if ticks else (0, 0)
+        # This boot's clock: from an hour before its epoch (see guest.sh)
+        # to half a day after (the next boot's is a day later).
+        lo, hi = epoch - 3700, epoch + 43200
         def this_boot(store, reader="ours"):
             return [t for t in have.get((store, reader), (0, []))[1] if lo <= t <= hi]
         errors = [f"{s}/{r}: rc {rc}" for (s, r), (rc, _) in have.items() if rc != 0] + errs
-        for reader in ("ours", "b09"):
+        for reader in ("ours", "b09", "main"):
+            if reader == "main" and ("ours", "main") not in have:
+                continue
             got = set(have.get(("ours", reader), (1, []))[1])
             missing = [t for t in promised if t not in got]
             if missing:
@@ -176,12 +182,11 @@ for fs in fss:
         # Written before the cut (logged), not found after it.
         lost = max(0, written - len(ours_found))
         worst["ours"] = max(worst["ours"], lost)
-        if n > 0:
-            appended = "yes" if parse(keep / f"{fs}-{n}.log")[2] else "NO"
-            if appended == "NO":
-                bad.append(f"{fs} cut {n}: nothing recorded after the restart")
-        else:
-            appended = "-"
+        # Armed once our first sample of the boot was durable: each boot
+        # after a cut must have appended.
+        appended = "yes" if ours_found else "NO"
+        if not ours_found:
+            bad.append(f"{fs} cut {n}: nothing recorded after the restart")
         print(f"{n:>3}  {fs:<5} {written:>7}  {len(durable):>8}  {len(ours_found):>10}  {lost:>4}  {b09_taken:>9}  {len(b09_found):>9}  {len(errors):>11}  {appended}")
     # The last boot reads our store before and after appending 3.
     text = (keep / f"{fs}-{cuts}.log").read_text(errors="replace")
