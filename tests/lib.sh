@@ -39,7 +39,8 @@ tally_summary() {
 # What building and testing needs, by purpose.
 PKGS_BUILD=(clang-19 llvm-19 libelf-dev zlib1g-dev pkg-config make)
 PKGS_TEST=(tmux util-linux python3 shellcheck dpkg-dev binutils strace lsb-release jq)
-PKGS_VM=(qemu-system-x86 busybox-static cpio xz-utils zstd bpftool debian-archive-keyring)
+PKGS_VM=(qemu-system-x86 busybox-static cpio xz-utils zstd bpftool debian-archive-keyring
+         e2fsprogs xfsprogs)
 # Building our own kernel (tests/vm/kernel.sh patched).
 PKGS_KERNEL=(build-essential patch flex bison bc libelf-dev libssl-dev dwarves python3)
 # Building below main (tests/upstream): bindgen's runtime libclang.

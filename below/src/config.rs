@@ -27,6 +27,7 @@ pub(crate) struct ExtraConfig {
     pub(crate) cgroup_top: Option<usize>,
     pub(crate) cgroup_top_by: Option<bstats_collector::TopBy>,
     pub(crate) cgroup_top_keep: Option<String>,
+    pub(crate) store_sync: Option<bstats_store::StoreSync>,
 }
 
 /// Reads the config file at `path`.
@@ -125,9 +126,16 @@ mod test {
     #[test]
     fn both_key_sets_are_known() {
         let (below, extra) = parse(
-            "store_dir = \"/s\"\nlisten = \"127.0.0.1:9749\"\ncgroup_top = 5\n[metrics]\nmax_series = 10\n",
+            "store_dir = \"/s\"\nlisten = \"127.0.0.1:9749\"\ncgroup_top = 5\nstore_sync = \"interval:60\"\n[metrics]\nmax_series = 10\n",
         )
         .unwrap();
+        assert_eq!(
+            extra.store_sync,
+            Some(bstats_store::StoreSync::Interval(
+                std::time::Duration::from_secs(60)
+            ))
+        );
+        assert!(parse("store_sync = \"always\"").is_err());
         assert_eq!(below.store_dir, Path::new("/s"));
         assert_eq!(extra.cgroup_top, Some(5));
         assert_eq!(extra.metrics.max_series, 10);

@@ -10,6 +10,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 use std::time::SystemTime;
 
+use anyhow::anyhow;
 use anyhow::bail;
 use anyhow::Context;
 use anyhow::Result;
@@ -167,6 +168,9 @@ struct Config {
     debug: bool,
     listen: Option<std::net::SocketAddr>,
     metrics: bstats_metrics::Options,
+    /// `record`'s durability policy from the config file (`--store-sync`
+    /// overrides it).
+    store_sync: Option<bstats_store::StoreSync>,
     /// From the config file; flags override each key.
     top: TopOpts,
 }
@@ -195,6 +199,7 @@ fn load_config(opt: &Opt) -> Result<Config> {
         debug: opt.debug,
         listen: extra.listen,
         metrics: extra.metrics,
+        store_sync: extra.store_sync,
         top: TopOpts {
             cgroup_top: extra.cgroup_top,
             cgroup_top_by: extra.cgroup_top_by,
@@ -301,13 +306,30 @@ fn new_collector(
     opts: CollectOpts,
     top: Option<bstats_collector::TopN>,
 ) -> Result<(bstats_model::Collector, Option<bstats_exitstats::ExitStats>)> {
-    let exit_data = Arc::default();
-    let mut c = bstats_model::Collector::new(
-        logger.clone(),
-        &cgroup_options(cfg, opts.collect_io_stat, Some(interval), top)?,
-        below_options(cfg, opts, Arc::clone(&exit_data)),
-    )?;
-    let procs = new_processes(cfg)?;
+    let exit_data: Arc<Mutex<_>> = Arc::default();
+    let cgroup_opts = cgroup_options(cfg, opts.collect_io_stat, Some(interval), top)?;
+    // Each of the three loads its BPF objects, and libbpf parses the
+    // kernel's BTF for each: side by side they take the slowest one's time
+    // (the first sample comes that much sooner after a restart).
+    let (c, procs, exits) = std::thread::scope(|s| {
+        let procs = s.spawn(|| new_processes(cfg));
+        let exits = s.spawn(|| {
+            (!opts.disable_exitstats)
+                .then(|| bstats_exitstats::ExitStats::start(logger.clone(), Arc::clone(&exit_data)))
+        });
+        let c = bstats_model::Collector::new(
+            logger.clone(),
+            &cgroup_opts,
+            below_options(cfg, opts, Arc::clone(&exit_data)),
+        );
+        let joined = |what| move |_| anyhow!("loading {what} panicked");
+        (
+            c,
+            procs.join().map_err(joined("processes")),
+            exits.join().map_err(joined("exitstats")),
+        )
+    });
+    let (mut c, procs, exits) = (c?, procs??, exits?);
     info!(
         logger,
         "processes (--process-backend {}): {}",
@@ -322,8 +344,9 @@ fn new_collector(
         cfg.backend,
         c.cgroups().plan()
     );
-    // After the collector: a probe that fails must stay the one error line.
-    let exits = bstats_exitstats::setup(logger, !opts.disable_exitstats, exit_data);
+    // Logged after the collector: a probe that fails must stay the one
+    // error line.
+    let exits = bstats_exitstats::report(logger, exits);
     Ok((c, exits))
 }
 

@@ -73,6 +73,13 @@ pub struct RecordOpts {
     pub count: Option<u64>,
     #[clap(flatten)]
     pub compress_opts: CompressOpts,
+    /// When a written sample is made durable: `sample` (default: fsynced
+    /// by a sync thread right after it is written, so a power cut loses
+    /// at most the sample being written), `interval:N` (every N seconds:
+    /// fewer fsyncs, up to N s lost) or `none` (never, as below: up to
+    /// ~30 s lost). Config key `store_sync`.
+    #[clap(long, value_name = "POLICY")]
+    pub store_sync: Option<bstats_store::StoreSync>,
     /// Serve the latest sample as OpenMetrics on http://ADDR/metrics
     /// (e.g. 127.0.0.1:9749); config key `listen`, limits in `[metrics]`.
     /// Default: listen nowhere.
@@ -105,6 +112,19 @@ fn sleep_until(deadline: Instant) {
         }
         std::thread::sleep((deadline - now).min(Duration::from_millis(100)));
     }
+}
+
+/// Seconds since this process started (its exec), from /proc: how long a
+/// restarted recorder was blind before its first sample.
+fn since_exec() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // starttime is field 22; the command name (field 2) may hold spaces.
+    let after_comm = stat.rsplit_once(')')?.1;
+    let start_ticks: f64 = after_comm.split_whitespace().nth(19)?.parse().ok()?;
+    let uptime = std::fs::read_to_string("/proc/uptime").ok()?;
+    let uptime: f64 = uptime.split_whitespace().next()?.parse().ok()?;
+    let hz = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK).ok()??;
+    Some(uptime - start_ticks / hz as f64)
 }
 
 /// below's skew warning: a collection slower than the threshold.
@@ -166,12 +186,13 @@ pub fn record(logger: &slog::Logger, cfg: &Config, opts: RecordOpts) -> Result<(
         None => None,
     };
     let store_dir = &cfg.below.store_dir;
-    let mut recorder = bstats_store::Recorder::new(
+    let mut recorder = bstats_store::Recorder::with_sync(
         logger.clone(),
         store_dir,
         mode,
         opts.retain_for_s.map(Duration::from_secs),
         opts.store_size_limit,
+        opts.store_sync.or(cfg.store_sync).unwrap_or_default(),
     )?;
     bstats_store::append_backend_record(
         store_dir,
@@ -223,6 +244,11 @@ pub fn record(logger: &slog::Logger, cfg: &Config, opts: RecordOpts) -> Result<(
                 let write = lap.lap();
                 collector.recycle(frame.sample);
                 let free = lap.lap();
+                if written && n == 0 {
+                    if let Some(s) = since_exec() {
+                        info!(logger, "First sample written {:.2} s after start", s);
+                    }
+                }
                 if written {
                     let now = bstats_model::process_cpu_time();
                     let c = &collector.times;

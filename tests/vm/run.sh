@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Usage: tests/vm/run.sh --kernel NAME_OR_PATH [--root IMAGE] [--timeout SECS]
 #                        [--add HOSTPATH[:GUESTPATH]]... [--out DIR] [--disk SIZE]
+#                        [--disk-image FILE] [--pidfile FILE]
 #                        [--mem SIZE] [--smp N] [--numa] [--append ARGS] -- GUEST_COMMAND [ARGS...]
 # Boots NAME (see kernel.sh) or a bzImage PATH under QEMU (TCG) with a busybox
 # initramfs and runs GUEST_COMMAND as root in it; the console goes to stdout
@@ -18,6 +19,9 @@
 #                       not emptied first). Transported as a tar archive written
 #                       by the guest to a virtio disk (serial below-out, up to 4 GiB).
 #   --disk SIZE         attach a blank raw scratch disk (e.g. 1G), /dev/scratch in the guest.
+#   --disk-image FILE   attach FILE (raw) as /dev/scratch instead, kept across runs
+#                       (tests/powercut reboots onto the same disk).
+#   --pidfile FILE      QEMU writes its pid there (to cut the power: kill -9).
 #   --timeout SECS      whole-VM time limit (default 600).
 #   --numa              two NUMA nodes, each with half the memory and the CPUs
 #                       (memory.numa_stat with more than one node).
@@ -26,7 +30,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 # (braces: bash parses the whole body first, so editing this file while it runs is safe)
 {
 
-kernel='' rootimg='' timeout_s=600 out='' disk='' mem=2G smp=2 append='' numa=0
+kernel='' rootimg='' timeout_s=600 out='' disk='' disk_image='' pidfile='' mem=2G smp=2 append='' numa=0
 adds=()
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -36,6 +40,8 @@ while [ $# -gt 0 ]; do
     --add) adds+=("$2"); shift 2 ;;
     --out) out=$2; shift 2 ;;
     --disk) disk=$2; shift 2 ;;
+    --disk-image) disk_image=$2; shift 2 ;;
+    --pidfile) pidfile=$2; shift 2 ;;
     --mem) mem=$2; shift 2 ;;
     --smp) smp=$2; shift 2 ;;
     --numa) numa=1; shift ;;
@@ -297,11 +303,16 @@ if [ -n "$rootimg" ]; then
   qargs+=(-drive "file=$rootimg,if=none,format=raw,id=root,snapshot=on"
           -device "virtio-blk-pci,drive=root,serial=below-root")
 fi
-if [ -n "$disk" ]; then
+if [ -n "$disk" ] && [ -z "$disk_image" ]; then
   truncate -s "$disk" "$work/scratch.img"
-  qargs+=(-drive "file=$work/scratch.img,if=none,format=raw,id=scratch"
+  disk_image=$work/scratch.img
+fi
+if [ -n "$disk_image" ]; then
+  [ -f "$disk_image" ] || die "--disk-image: no file $disk_image"
+  qargs+=(-drive "file=$disk_image,if=none,format=raw,id=scratch"
           -device "virtio-blk-pci,drive=scratch,serial=below-scratch")
 fi
+[ -z "$pidfile" ] || qargs+=(-pidfile "$pidfile")
 
 mkdir -p "$CACHE/logs"
 # keep the newest 100 console logs

@@ -96,6 +96,16 @@ pub fn recorders(b: &Binaries) -> Result<Vec<Recorder>> {
             let a = [&["--cgroup-backend", be][..], &rec[..], &[off]].concat();
             plain.push(row(be, &format!("ours, {label}"), p, &a, ""));
         }
+        // What making each sample durable (the default) costs.
+        let a = [&["--cgroup-backend", "bpf"][..], &rec[..], &[off]].concat();
+        let nosync = "store_sync = \"none\"\n";
+        plain.push(row(
+            "bpf-nosync",
+            "ours, BPF, store_sync none",
+            p,
+            &a,
+            nosync,
+        ));
         // What exitstats (on by default) adds.
         let a = [&["--cgroup-backend", "bpf"][..], &rec[..]].concat();
         plain.push(row("bpf-exitstats", "ours, BPF, exitstats on", p, &a, ""));
@@ -698,6 +708,8 @@ mod test {
                 "read-z",
                 "stream",
                 "stream-z",
+                "bpf-nosync",
+                "bpf-nosync-z",
                 "bpf-exitstats",
                 "bpf-exitstats-z",
                 "bpf-top200",

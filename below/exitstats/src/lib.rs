@@ -114,11 +114,20 @@ pub fn setup(
     enabled: bool,
     data: Arc<Mutex<procfs::PidMap>>,
 ) -> Option<ExitStats> {
-    if !enabled {
+    report(
+        logger,
+        enabled.then(|| ExitStats::start(logger.clone(), data)),
+    )
+}
+
+/// Logs what [`ExitStats::start`] gave (None: not asked for) as [`setup`]
+/// does; for a caller that started it on another thread.
+pub fn report(logger: &slog::Logger, started: Option<Result<ExitStats>>) -> Option<ExitStats> {
+    let Some(started) = started else {
         info!(logger, "exitstats: off (--disable-exitstats)");
         return None;
-    }
-    match ExitStats::start(logger.clone(), data) {
+    };
+    match started {
         Ok(x) => {
             info!(
                 logger,

@@ -13,6 +13,7 @@ use std::io::Write;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 use std::time::SystemTime;
 
@@ -31,9 +32,13 @@ use store::DataFrame;
 mod failures;
 pub mod private;
 pub mod snapshot;
+mod sync;
 mod writer;
 
+use sync::Syncer;
 use writer::Writer;
+
+pub use sync::StoreSync;
 
 pub use failures::FailureKind;
 pub use failures::FailureLog;
@@ -71,6 +76,9 @@ pub struct Recorder {
     dir: PathBuf,
     mode: CompressionMode,
     writer: Option<Writer>,
+    /// Makes written samples durable off the sampling thread (none with
+    /// `StoreSync::None`).
+    syncer: Option<Arc<Syncer>>,
     /// Device and inode of `dir` when `writer` was opened.
     dir_id: (u64, u64),
     /// The last write failed: reopen before the next one (fresh file
@@ -86,7 +94,8 @@ pub struct Recorder {
 
 impl Recorder {
     /// Fails if the store cannot be opened at all (e.g. another `record`
-    /// holds it): at start that is fatal, as in below.
+    /// holds it): at start that is fatal, as in below. Each sample is
+    /// made durable ([`StoreSync::Sample`]); see [`Recorder::with_sync`].
     pub fn new(
         logger: slog::Logger,
         dir: &Path,
@@ -94,7 +103,24 @@ impl Recorder {
         retention: Option<Duration>,
         size_limit: Option<u64>,
     ) -> Result<Self> {
-        let (writer, dir_id) = open_writer(&logger, dir, mode)?;
+        Self::with_sync(logger, dir, mode, retention, size_limit, StoreSync::Sample)
+    }
+
+    /// [`Recorder::new`] with a durability policy.
+    pub fn with_sync(
+        logger: slog::Logger,
+        dir: &Path,
+        mode: CompressionMode,
+        retention: Option<Duration>,
+        size_limit: Option<u64>,
+        sync: StoreSync,
+    ) -> Result<Self> {
+        let syncer = match sync {
+            StoreSync::Sample => Some(Arc::new(Syncer::start(logger.clone(), None)?)),
+            StoreSync::Interval(d) => Some(Arc::new(Syncer::start(logger.clone(), Some(d))?)),
+            StoreSync::None => None,
+        };
+        let (writer, dir_id) = open_writer(&logger, dir, mode, syncer.clone())?;
         // Once: a directory recreated later is ours and 0700.
         tighten_store_dir(&logger, dir);
         Ok(Recorder {
@@ -102,6 +128,7 @@ impl Recorder {
             dir: dir.to_path_buf(),
             mode,
             writer: Some(writer),
+            syncer,
             dir_id,
             stale: false,
             retention,
@@ -154,9 +181,12 @@ impl Recorder {
                 .fail(&self.logger, FailureKind::Vanished, &e);
         }
         if self.stale || self.writer.is_none() {
-            // Drop first: the new writer takes the same flocks.
+            // Drop first, and let the syncer finish with the old files:
+            // the new writer takes the same flocks.
             self.writer = None;
-            let (w, id) = open_writer(&self.logger, &self.dir, self.mode).map_err(classify)?;
+            self.wait_durable();
+            let (w, id) = open_writer(&self.logger, &self.dir, self.mode, self.syncer.clone())
+                .map_err(classify)?;
             self.writer = Some(w);
             self.dir_id = id;
             self.stale = false;
@@ -166,6 +196,14 @@ impl Recorder {
             .context("Failed to write sample to the store")
             .map_err(classify)?;
         Ok(())
+    }
+
+    /// Waits until every sample written so far is durable (or its sync
+    /// failed, which the next `put` reports).
+    pub fn wait_durable(&self) {
+        if let Some(s) = &self.syncer {
+            s.drain();
+        }
     }
 
     fn cleanup(&mut self, timestamp: SystemTime) -> Result<()> {
@@ -201,10 +239,11 @@ fn open_writer(
     logger: &slog::Logger,
     dir: &Path,
     mode: CompressionMode,
+    syncer: Option<Arc<Syncer>>,
 ) -> Result<(Writer, (u64, u64))> {
     private::create_dir_all(dir)?;
     let id = dir_id(dir).with_context(|| format!("Failed to stat {}", dir.display()))?;
-    let writer = Writer::new(logger.clone(), dir, mode, SystemTime::now())
+    let writer = Writer::with_syncer(logger.clone(), dir, mode, SystemTime::now(), syncer)
         .with_context(|| format!("Failed to open store {}", dir.display()))?;
     Ok((writer, id))
 }
@@ -285,7 +324,10 @@ pub fn append_backend_record(dir: &Path, rec: &BackendRecord) -> Result<()> {
     let mut line = serde_json::to_vec(rec)?;
     line.push(b'\n');
     f.write_all(&line)
-        .with_context(|| format!("Failed to write {}", path.display()))
+        .with_context(|| format!("Failed to write {}", path.display()))?;
+    // Once per record run: the plan of the samples a power cut leaves.
+    f.sync_data()
+        .with_context(|| format!("Failed to sync {}", path.display()))
 }
 
 /// All records of a store, oldest first. A store recorded by upstream
@@ -404,6 +446,7 @@ mod test {
         sample.cgroup.memory_current = Some(42);
         let t = SystemTime::now();
         assert!(r.put(t, &frame(sample.clone())));
+        r.wait_durable();
         let (_, frame) = store::read_next_sample(
             d.path(),
             t - Duration::from_secs(5),
@@ -415,6 +458,95 @@ mod test {
         assert_eq!(frame.sample.cgroup.memory_current, Some(42));
         assert!(compression_mode(true, Some(3)).is_err());
         assert!(compression_mode(true, Some(1)).is_err());
+    }
+
+    /// An index entry is written only once its frame is durable: with a
+    /// sync every hour nothing is indexed yet; a recorder that stops
+    /// syncs what it wrote, and every sample reads back.
+    #[test]
+    fn entries_are_indexed_after_their_sync() {
+        let d = tempfile::tempdir().unwrap();
+        let logger = slog::Logger::root(slog::Discard, slog::o!());
+        let hour = StoreSync::Interval(Duration::from_secs(3600));
+        let mode = CompressionMode::Zstd;
+        let mut r = Recorder::with_sync(logger.clone(), d.path(), mode, None, None, hour).unwrap();
+        let t0 = SystemTime::now();
+        for i in 0..3 {
+            assert!(r.put(
+                t0 + Duration::from_secs(i),
+                &frame(model::Sample::default())
+            ));
+        }
+        let index_bytes = || -> u64 {
+            std::fs::read_dir(d.path())
+                .unwrap()
+                .flatten()
+                .filter(|e| e.file_name().to_string_lossy().starts_with("index_"))
+                .map(|e| e.metadata().unwrap().len())
+                .sum()
+        };
+        let data_bytes: u64 = std::fs::read_dir(d.path())
+            .unwrap()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().starts_with("data_"))
+            .map(|e| e.metadata().unwrap().len())
+            .sum();
+        assert!(data_bytes > 0);
+        assert_eq!(index_bytes(), 0, "indexed before the sync");
+        drop(r);
+        assert_eq!(index_bytes(), 3 * 32);
+        let mut t = t0;
+        for _ in 0..3 {
+            let (ts, _) =
+                store::read_next_sample(d.path(), t, store::Direction::Forward, logger.clone())
+                    .unwrap()
+                    .expect("a sample");
+            t = ts + Duration::from_secs(1);
+        }
+    }
+
+    /// A sync that fails (here: the index grew behind the writer's back,
+    /// with a torn entry) fails the next write; the one after reopens the
+    /// shard, cuts the torn entry and lands.
+    #[test]
+    fn a_failed_sync_fails_the_next_write_then_recording_goes_on() {
+        let d = tempfile::tempdir().unwrap();
+        let logger = slog::Logger::root(slog::Discard, slog::o!());
+        let hour = StoreSync::Interval(Duration::from_secs(3600));
+        let mode = CompressionMode::None;
+        let mut r = Recorder::with_sync(logger.clone(), d.path(), mode, None, None, hour).unwrap();
+        let t0 = SystemTime::now();
+        assert!(r.put(t0, &frame(model::Sample::default())));
+        let index = std::fs::read_dir(d.path())
+            .unwrap()
+            .flatten()
+            .find(|e| e.file_name().to_string_lossy().starts_with("index_"))
+            .unwrap()
+            .path();
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(&index)
+            .unwrap()
+            .write_all(&[0xff; 32])
+            .unwrap();
+        r.wait_durable();
+        assert!(!r.put(
+            t0 + Duration::from_secs(1),
+            &frame(model::Sample::default())
+        ));
+        let mut sample = model::Sample::default();
+        sample.cgroup.memory_current = Some(9);
+        assert!(r.put(t0 + Duration::from_secs(2), &frame(sample)));
+        r.wait_durable();
+        assert_eq!(
+            std::fs::metadata(&index).unwrap().len(),
+            32,
+            "torn entry cut"
+        );
+        let (_, f) = store::read_next_sample(d.path(), t0, store::Direction::Forward, logger)
+            .unwrap()
+            .expect("the sample after the failure");
+        assert_eq!(f.sample.cgroup.memory_current, Some(9));
     }
 
     #[test]
@@ -429,6 +561,7 @@ mod test {
         let mut sample = model::Sample::default();
         sample.cgroup.memory_current = Some(7);
         assert!(r.put(t0 + Duration::from_secs(1), &frame(sample)));
+        r.wait_durable();
         let (_, frame) = store::read_next_sample(&dir, t0, store::Direction::Forward, logger)
             .unwrap()
             .expect("the sample after the removal");

@@ -29,6 +29,7 @@ use std::os::fd::AsRawFd;
 use std::os::unix::fs::DirBuilderExt;
 use std::path::Path;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::SystemTime;
 
 use anyhow::Context;
@@ -38,6 +39,9 @@ use slog::warn;
 use store::compression::Compressor;
 use store::CompressionMode;
 use store::DataFrame;
+
+use crate::sync::Pending;
+use crate::sync::Syncer;
 
 const SHARD_SECS: u64 = 24 * 60 * 60;
 const ENTRY: u64 = 32;
@@ -117,9 +121,17 @@ pub struct Writer {
     dir: PathBuf,
     mode: CompressionMode,
     shard: u64,
-    index: File,
-    data: File,
+    index: Arc<File>,
+    data: Arc<File>,
+    /// The index's length with the entries still queued for the syncer.
+    index_len: u64,
     data_len: u64,
+    /// Appends index entries once their frames are durable; None: the
+    /// index is written at once and nothing is synced.
+    syncer: Option<Arc<Syncer>>,
+    /// The store directory, until the first entry asks the syncer to
+    /// make this shard's file names durable.
+    dir_to_sync: Option<Arc<File>>,
     /// Set once a compressed frame was written; holds the chunk's
     /// dictionary. Dropped on a failed write (the next starts afresh).
     compressor: Option<Compressor>,
@@ -127,6 +139,8 @@ pub struct Writer {
 
 fn open_locked(path: &Path) -> Result<File> {
     let f = crate::private::file_options()
+        // Read: the index's tail is checked against the data at open.
+        .read(true)
         .append(true)
         .create(true)
         .open(path)
@@ -147,10 +161,28 @@ impl Writer {
         mode: CompressionMode,
         now: SystemTime,
     ) -> Result<Writer> {
-        Self::open(logger, dir, mode, shard_of(now))
+        Self::open(logger, dir, mode, shard_of(now), None)
     }
 
-    fn open(logger: slog::Logger, dir: &Path, mode: CompressionMode, shard: u64) -> Result<Writer> {
+    /// [`Writer::new`] whose index entries `syncer` appends once their
+    /// frames are durable (None: at once, never synced).
+    pub fn with_syncer(
+        logger: slog::Logger,
+        dir: &Path,
+        mode: CompressionMode,
+        now: SystemTime,
+        syncer: Option<Arc<Syncer>>,
+    ) -> Result<Writer> {
+        Self::open(logger, dir, mode, shard_of(now), syncer)
+    }
+
+    fn open(
+        logger: slog::Logger,
+        dir: &Path,
+        mode: CompressionMode,
+        shard: u64,
+        syncer: Option<Arc<Syncer>>,
+    ) -> Result<Writer> {
         if !dir.is_dir() {
             DirBuilder::new()
                 .mode(crate::private::DIR_MODE)
@@ -159,15 +191,35 @@ impl Writer {
         }
         let index = open_locked(&dir.join(format!("index_{shard:011}")))?;
         let data = open_locked(&dir.join(format!("data_{shard:011}")))?;
+        let cut = crate::sync::repair_tail(&index, &data)
+            .with_context(|| format!("Failed to check the index of shard {shard:011}"))?;
+        if cut > 0 {
+            warn!(
+                logger,
+                "Index of shard {:011} ended in {} entries whose data never reached the disk (a crash?): removed",
+                shard,
+                cut / ENTRY
+            );
+        }
         let data_len = data.metadata()?.len();
+        let index_len = index.metadata()?.len();
+        let dir_to_sync = match syncer {
+            Some(_) => Some(Arc::new(File::open(dir).with_context(|| {
+                format!("Failed to open store directory {}", dir.display())
+            })?)),
+            None => None,
+        };
         Ok(Writer {
             logger,
             dir: dir.to_path_buf(),
             mode,
             shard,
-            index,
-            data,
+            index: Arc::new(index),
+            data: Arc::new(data),
+            index_len,
             data_len,
+            syncer,
+            dir_to_sync,
             compressor: None,
         })
     }
@@ -177,7 +229,13 @@ impl Writer {
         let shard = shard_of(t);
         if shard != self.shard {
             // The old shard stays locked until the new one holds a frame.
-            let mut next = Self::open(self.logger.clone(), &self.dir, self.mode, shard)?;
+            let mut next = Self::open(
+                self.logger.clone(),
+                &self.dir,
+                self.mode,
+                shard,
+                self.syncer.clone(),
+            )?;
             next.append(t, frame)?;
             *self = next;
             return Ok(());
@@ -202,13 +260,19 @@ impl Writer {
         } else {
             ENTRY_PO2
         };
-        let len = self.index.metadata()?.len();
+        let len = match self.syncer {
+            Some(_) => self.index_len,
+            None => self.index.metadata()?.len(),
+        };
         let mask = (1u64 << align_po2) - 1;
         let aligned = (len + mask) & !mask;
         if aligned != len {
-            self.index
-                .set_len(aligned)
-                .context("Failed to pad index file")?;
+            // With a syncer it pads, before the entry.
+            if self.syncer.is_none() {
+                self.index
+                    .set_len(aligned)
+                    .context("Failed to pad index file")?;
+            }
             if align_po2 == ENTRY_PO2 {
                 warn!(
                     self.logger,
@@ -261,7 +325,7 @@ impl Writer {
             self.data_len = data_len;
         }
         let offset = self.data_len;
-        self.data
+        (&*self.data)
             .write_all(&bytes)
             .context("Failed to write entry to data file")?;
         self.data_len += bytes.len() as u64;
@@ -275,9 +339,20 @@ impl Writer {
         entry[24..28].copy_from_slice(&crc32(&bytes).to_ne_bytes());
         let own = crc32(&entry[..28]);
         entry[28..32].copy_from_slice(&own.to_ne_bytes());
-        self.index
-            .write_all(&entry)
-            .context("Failed to write entry to index file")?;
+        match &self.syncer {
+            Some(s) => s.push(Pending {
+                data: self.data.clone(),
+                index: self.index.clone(),
+                dir: self.dir_to_sync.take(),
+                at: aligned,
+                entry,
+                t: secs(t),
+            })?,
+            None => (&*self.index)
+                .write_all(&entry)
+                .context("Failed to write entry to index file")?,
+        }
+        self.index_len = aligned + ENTRY;
         self.compressor = compressor;
         Ok(())
     }
@@ -412,12 +487,24 @@ mod test {
             .map(|&s| day + Duration::from_secs(s))
             .collect();
         let log = || slog::Logger::root(slog::Discard, slog::o!());
-        for mode in modes {
+        // Index entries written at once, and by the sync thread.
+        for (mode, sync) in modes.into_iter().flat_map(|m| [(m, false), (m, true)]) {
             let (ours, theirs) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+            let syncer = sync.then(|| Arc::new(Syncer::start(log(), None).unwrap()));
             // Two runs, as a restart: the second pads to a new chunk. Both
             // writers open today's shard first, as at a real start.
             for run in [0..3, 3..5] {
-                let mut w = Writer::new(log(), ours.path(), mode, SystemTime::now()).unwrap();
+                if let Some(s) = &syncer {
+                    s.drain();
+                }
+                let mut w = Writer::with_syncer(
+                    log(),
+                    ours.path(),
+                    mode,
+                    SystemTime::now(),
+                    syncer.clone(),
+                )
+                .unwrap();
                 let mut b =
                     store::StoreWriter::new(log(), theirs.path(), mode, store::Format::Cbor)
                         .unwrap();
@@ -426,7 +513,10 @@ mod test {
                     b.put(times[i], &frames()[i]).unwrap();
                 }
             }
-            assert_eq!(files(ours.path()), files(theirs.path()), "{mode:?}");
+            if let Some(s) = &syncer {
+                s.drain();
+            }
+            assert_eq!(files(ours.path()), files(theirs.path()), "{mode:?} {sync}");
             assert_eq!(files(ours.path()).len(), 6, "two shards and today's");
             // And below reads ours back.
             let (_, back) =
@@ -455,5 +545,56 @@ mod test {
         );
         assert_eq!(files(dir.path()).len(), 2);
         assert!(w.try_discard_until_size(1 << 20).unwrap());
+    }
+
+    /// An index entry whose frame is not in the data file (past its end,
+    /// or zeros where the frame should be) is cut when the shard is
+    /// opened; whole entries and the padding before them stay, and
+    /// below reads every sample that is left.
+    #[test]
+    fn index_entries_without_their_data_are_cut_at_open() {
+        let log = || slog::Logger::root(slog::Discard, slog::o!());
+        let t0 = SystemTime::UNIX_EPOCH + Duration::from_secs(20_000 * SHARD_SECS + 100);
+        let mode = CompressionMode::ZstdDictionary(store::ChunkSizePo2(2));
+        for damage in ["short", "zeros"] {
+            let dir = tempfile::tempdir().unwrap();
+            let mut w = Writer::new(log(), dir.path(), mode, t0).unwrap();
+            for (i, f) in frames().iter().enumerate() {
+                w.put(t0 + Duration::from_secs(i as u64), f).unwrap();
+            }
+            drop(w);
+            let shard = shard_of(t0);
+            let data_path = dir.path().join(format!("data_{shard:011}"));
+            let index_path = dir.path().join(format!("index_{shard:011}"));
+            let data = std::fs::read(&data_path).unwrap();
+            let index = std::fs::read(&index_path).unwrap();
+            // The last two frames: lost (short) or zeroed (a file size
+            // that reached the disk before the blocks).
+            let last2 = u64::from_ne_bytes(index[index.len() - 64 + 8..][..8].try_into().unwrap());
+            let mut damaged = data.clone();
+            match damage {
+                "short" => damaged.truncate(last2 as usize),
+                _ => damaged[last2 as usize..].fill(0),
+            }
+            std::fs::write(&data_path, &damaged).unwrap();
+            let mut w = Writer::new(log(), dir.path(), mode, t0).unwrap();
+            assert_eq!(
+                std::fs::read(&index_path).unwrap(),
+                index[..index.len() - 64],
+                "{damage}"
+            );
+            // And the store takes samples again, after the cut.
+            w.put(t0 + Duration::from_secs(10), &frames()[1]).unwrap();
+            drop(w);
+            let mut seen = Vec::new();
+            let mut t = t0;
+            while let Some((ts, f)) =
+                store::read_next_sample(dir.path(), t, store::Direction::Forward, log()).unwrap()
+            {
+                seen.push(f.sample.system.hostname);
+                t = ts + Duration::from_secs(1);
+            }
+            assert_eq!(seen, ["host-0", "host-1", "host-2", "host-1"], "{damage}");
+        }
     }
 }
