@@ -166,6 +166,7 @@ struct Config {
     cgroup_root: PathBuf,
     debug: bool,
     listen: Option<std::net::SocketAddr>,
+    web_config_file: Option<PathBuf>,
     metrics: bstats_metrics::Options,
     /// From the config file; flags override each key.
     top: TopOpts,
@@ -194,6 +195,7 @@ fn load_config(opt: &Opt) -> Result<Config> {
         cgroup_root,
         debug: opt.debug,
         listen: extra.listen,
+        web_config_file: extra.web_config_file,
         metrics: extra.metrics,
         top: TopOpts {
             cgroup_top: extra.cgroup_top,

@@ -9,9 +9,13 @@
 
 mod defs;
 mod render;
+mod san;
 mod server;
+mod slots;
+mod webconfig;
 
 use std::net::SocketAddr;
+use std::path::Path;
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::sync::Mutex;
@@ -123,8 +127,18 @@ pub struct Exporter {
 }
 
 impl Exporter {
-    /// Binds `addr` (the error names it) and starts the server thread.
-    pub fn start(logger: slog::Logger, addr: SocketAddr, opts: &Options) -> Result<Exporter> {
+    /// Binds `addr` (the error names it) and starts the server thread;
+    /// with `web_config` (node_exporter's web config file: TLS, basic auth,
+    /// headers), checked first: an invalid one is the error.
+    pub fn start(
+        logger: slog::Logger,
+        addr: SocketAddr,
+        opts: &Options,
+        web_config: Option<&Path>,
+    ) -> Result<Exporter> {
+        let web = web_config
+            .map(|p| server::Watch::new(&logger, p.to_path_buf()))
+            .transpose()?;
         let shared = Arc::new(Shared {
             latest: Mutex::new(None),
             filters: Filters::new(opts)?,
@@ -133,7 +147,7 @@ impl Exporter {
         let listener = std::net::TcpListener::bind(addr)
             .with_context(|| format!("Failed to listen on {} for metrics", addr))?;
         let addr = listener.local_addr()?;
-        server::spawn(logger, listener, shared.clone())?;
+        server::spawn(logger, listener, shared.clone(), web)?;
         Ok(Exporter { shared, addr })
     }
 

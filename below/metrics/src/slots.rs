@@ -1,0 +1,242 @@
+//! Connection slots shared fairly between peers. A peer (an IPv4 address,
+//! an IPv6 /64) holds at most `per_peer` connections, all peers together at
+//! most `total`. A newcomer that finds no free slot takes one from an idle
+//! connection — one waiting for its TLS handshake or request head, or
+//! between requests — of the peer holding the most, if that peer holds more
+//! than the newcomer's peer does: idlers cannot keep a scraper out, however
+//! many of them there are or however fast they reconnect, and a connection
+//! serving a request is never taken.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::time::Duration;
+use std::time::Instant;
+
+use tokio::sync::oneshot;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct Peer(u128);
+
+impl Peer {
+    pub(crate) fn of(ip: IpAddr) -> Peer {
+        match ip {
+            IpAddr::V4(v4) => Peer(u32::from(v4) as u128),
+            IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+                Some(v4) => Peer(u32::from(v4) as u128),
+                // One host usually holds a whole /64.
+                None => Peer((u128::from(v6) >> 64 << 64) | 1 << 32),
+            },
+        }
+    }
+}
+
+struct Conn {
+    peer: Peer,
+    /// When it last became idle (or connected); None while serving.
+    idle_since: Option<Instant>,
+    /// When it started serving its current request.
+    busy_since: Option<Instant>,
+    evict: Option<oneshot::Sender<()>>,
+}
+
+struct State {
+    next: u64,
+    conns: HashMap<u64, Conn>,
+    per_peer: HashMap<Peer, usize>,
+}
+
+pub(crate) struct Slots {
+    total: usize,
+    per_peer: usize,
+    state: Mutex<State>,
+}
+
+/// A held slot; dropping it frees the slot.
+pub(crate) struct Ticket {
+    slots: Arc<Slots>,
+    id: u64,
+}
+
+impl Slots {
+    pub(crate) fn new(total: usize, per_peer: usize) -> Arc<Slots> {
+        Arc::new(Slots {
+            total,
+            per_peer,
+            state: Mutex::new(State {
+                next: 0,
+                conns: HashMap::new(),
+                per_peer: HashMap::new(),
+            }),
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A slot for a new connection from `peer`, taking an idle one if need
+    /// be, and what fires if a newcomer takes it; None if the connection
+    /// must be refused.
+    pub(crate) fn admit(self: &Arc<Self>, peer: Peer) -> Option<(Ticket, oneshot::Receiver<()>)> {
+        let mut st = self.lock();
+        let mine = st.per_peer.get(&peer).copied().unwrap_or(0);
+        let victim = if mine >= self.per_peer {
+            // At its own limit: its oldest idle connection makes room.
+            st.conns
+                .iter()
+                .filter(|(_, c)| c.peer == peer)
+                .filter_map(|(id, c)| Some((c.idle_since?, *id)))
+                .min()
+                .map(|(_, id)| id)
+                .map(Some)
+        } else if st.conns.len() >= self.total {
+            // Full: the most-holding peer's oldest idle connection, if that
+            // peer holds more than `peer` does.
+            st.conns
+                .iter()
+                .filter_map(|(id, c)| {
+                    let n = st.per_peer[&c.peer];
+                    (n > mine).then_some((std::cmp::Reverse(n), c.idle_since?, *id))
+                })
+                .min()
+                .map(|(_, _, id)| Some(id))
+        } else {
+            Some(None)
+        };
+        let victim = victim?;
+        if let Some(id) = victim {
+            let c = st.conns.remove(&id).expect("victim is open");
+            Self::forget(&mut st, c.peer);
+            if let Some(tx) = c.evict {
+                let _ = tx.send(());
+            }
+        }
+        let (tx, rx) = oneshot::channel();
+        let id = st.next;
+        st.next += 1;
+        st.conns.insert(
+            id,
+            Conn {
+                peer,
+                idle_since: Some(Instant::now()),
+                busy_since: None,
+                evict: Some(tx),
+            },
+        );
+        *st.per_peer.entry(peer).or_default() += 1;
+        Some((
+            Ticket {
+                slots: self.clone(),
+                id,
+            },
+            rx,
+        ))
+    }
+
+    fn forget(st: &mut State, peer: Peer) {
+        if let Some(n) = st.per_peer.get_mut(&peer) {
+            *n -= 1;
+            if *n == 0 {
+                st.per_peer.remove(&peer);
+            }
+        }
+    }
+
+    /// Connections open now (for tests).
+    #[cfg(test)]
+    pub(crate) fn open(&self) -> usize {
+        self.lock().conns.len()
+    }
+}
+
+impl Ticket {
+    /// A request arrived (busy) or its response is done (idle).
+    pub(crate) fn set_busy(&self, busy: bool) {
+        let mut st = self.slots.lock();
+        if let Some(c) = st.conns.get_mut(&self.id) {
+            let now = Instant::now();
+            c.idle_since = (!busy).then_some(now);
+            c.busy_since = busy.then_some(now);
+        }
+    }
+
+    /// How long the current request has been served, if one is.
+    pub(crate) fn busy_for(&self) -> Option<Duration> {
+        let st = self.slots.lock();
+        st.conns.get(&self.id)?.busy_since.map(|t| t.elapsed())
+    }
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        let mut st = self.slots.lock();
+        if let Some(c) = st.conns.remove(&self.id) {
+            Slots::forget(&mut st, c.peer);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ip(s: &str) -> Peer {
+        Peer::of(s.parse().unwrap())
+    }
+
+    #[test]
+    fn per_peer_limit_takes_the_peers_own_oldest_idle() {
+        let s = Slots::new(10, 2);
+        let (_a1, mut a1_gone) = s.admit(ip("10.0.0.1")).unwrap();
+        let (a2, mut a2_gone) = s.admit(ip("10.0.0.1")).unwrap();
+        a2.set_busy(true);
+        let (_b, mut b_gone) = s.admit(ip("10.0.0.2")).unwrap();
+        // Third from the same peer: its idle a1 goes, not b.
+        let (a3, _) = s.admit(ip("10.0.0.1")).unwrap();
+        assert!(a1_gone.try_recv().is_ok());
+        assert!(a2_gone.try_recv().is_err());
+        assert!(b_gone.try_recv().is_err());
+        assert_eq!(s.open(), 3);
+        // Both of its connections busy: refused.
+        a3.set_busy(true);
+        assert!(s.admit(ip("10.0.0.1")).is_none());
+    }
+
+    #[test]
+    fn full_takes_from_the_peer_holding_most_and_never_a_busy_one() {
+        let s = Slots::new(4, 4);
+        let mut nine: Vec<_> = (0..3).map(|_| s.admit(ip("10.0.0.9")).unwrap()).collect();
+        let (_eight, mut eight_gone) = s.admit(ip("10.0.0.8")).unwrap();
+        // Full: the oldest idle connection of .9 (3 held) makes room.
+        let (one, _) = s.admit(ip("10.0.0.1")).unwrap();
+        assert!(nine[0].1.try_recv().is_ok());
+        assert!(nine[1].1.try_recv().is_err());
+        assert_eq!(s.open(), 4);
+        // .9 holds 2, more than .1's 1: .1 may take another of .9's.
+        nine[1].0.set_busy(true);
+        let (one_b, _) = s.admit(ip("10.0.0.1")).unwrap();
+        assert!(nine[1].1.try_recv().is_err(), "busy, so not taken");
+        assert!(nine[2].1.try_recv().is_ok());
+        // .8 holds 1, .9 1, .1 2: another from .8 may only take .1's, and
+        // .1's are busy now; .8's own idle one is not its victim (not full
+        // for it per peer): refused.
+        one.set_busy(true);
+        one_b.set_busy(true);
+        assert!(s.admit(ip("10.0.0.8")).is_none());
+        assert!(eight_gone.try_recv().is_err());
+        // A newcomer holding nothing takes .8's idle one.
+        let _new = s.admit(ip("10.0.0.5")).unwrap();
+        assert!(eight_gone.try_recv().is_ok());
+        assert_eq!(s.open(), 4);
+    }
+
+    #[test]
+    fn ipv6_peers_are_slash_64s_and_mapped_v4_is_v4() {
+        assert_eq!(ip("2001:db8::1"), ip("2001:db8::ffff:2"));
+        assert_ne!(ip("2001:db8::1"), ip("2001:db8:0:1::1"));
+        assert_eq!(ip("::ffff:10.0.0.1"), ip("10.0.0.1"));
+        assert_ne!(ip("0.0.0.1"), ip("::1:0:0:0:1"));
+    }
+}
