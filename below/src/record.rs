@@ -170,11 +170,7 @@ pub fn record(logger: &slog::Logger, cfg: &Config, opts: RecordOpts) -> Result<(
                 &cfg.metrics,
                 web_config.map(|p| p.as_path()),
             )?;
-            info!(
-                logger,
-                "Serving metrics on http://{}/metrics",
-                x.local_addr()
-            );
+            info!(logger, "Serving metrics on {}", x.url());
             Some(x)
         }
         None if opts.web_config_file.is_some() => {

@@ -124,6 +124,7 @@ struct Shared {
 pub struct Exporter {
     shared: Arc<Shared>,
     addr: SocketAddr,
+    tls: bool,
 }
 
 impl Exporter {
@@ -147,13 +148,20 @@ impl Exporter {
         let listener = std::net::TcpListener::bind(addr)
             .with_context(|| format!("Failed to listen on {} for metrics", addr))?;
         let addr = listener.local_addr()?;
+        let tls = web.as_ref().is_some_and(|w| w.tls());
         server::spawn(logger, listener, shared.clone(), web)?;
-        Ok(Exporter { shared, addr })
+        Ok(Exporter { shared, addr, tls })
     }
 
     /// The bound address (port 0 resolved).
     pub fn local_addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// The endpoint's URL as started (https with a TLS web config).
+    pub fn url(&self) -> String {
+        let scheme = if self.tls { "https" } else { "http" };
+        format!("{}://{}/metrics", scheme, self.addr)
     }
 
     /// Makes `sample`, taken at `time`, the one scrapes serve.

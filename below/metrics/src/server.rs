@@ -103,6 +103,11 @@ impl Watch {
         })
     }
 
+    /// Whether the config in force serves TLS.
+    pub(crate) fn tls(&self) -> bool {
+        self.current.as_ref().is_some_and(|c| c.tls.is_some())
+    }
+
     /// The config to serve a new connection with; re-read first if a file
     /// changed (a stat of each per connection, nothing more when unchanged).
     fn current(&mut self, logger: &slog::Logger) -> Option<Arc<WebConfig>> {

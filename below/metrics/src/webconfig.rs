@@ -606,3 +606,134 @@ pub(crate) fn cache_key(user: &str, pass: &str) -> [u8; 32] {
     }
     d.finish().as_ref().try_into().expect("SHA-256 is 32 bytes")
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn err(yaml: &str, dir: &Path) -> String {
+        match from_str(yaml, dir) {
+            Ok(_) => panic!("accepted:\n{yaml}"),
+            Err(e) => format!("{:#}", e),
+        }
+    }
+
+    /// A CA, a server key pair and a client key pair made by the openssl
+    /// CLI in a temporary directory (openssl is among the test packages).
+    fn pki() -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        let script = r#"set -e
+openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout ca.key -out ca.crt -days 2 -subj /CN=ca
+for n in server other; do
+  openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout $n.key -out $n.crt -days 2 -subj /CN=$n -addext subjectAltName=IP:127.0.0.1
+done
+"#;
+        let out = std::process::Command::new("sh")
+            .args(["-c", script])
+            .current_dir(dir.path())
+            .output()
+            .expect("sh runs");
+        assert!(
+            out.status.success(),
+            "openssl failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        dir
+    }
+
+    #[test]
+    fn sans_of_a_certificate_as_go_prints_them() {
+        let pem = include_bytes!("testdata/sans.pem");
+        let der = CertificateDer::from_pem_slice(pem).unwrap();
+        assert_eq!(
+            crate::san::names(&der).unwrap(),
+            [
+                "prometheus.test",
+                "ops@example.test",
+                "spiffe://example.test/prometheus",
+                "192.0.2.7",
+                "2001:db8::1",
+                "192.0.2.8",
+            ]
+        );
+        // Truncated or not DER: no names, no panic.
+        for n in [0, 1, 10, der.len() / 2, der.len() - 1] {
+            let _ = crate::san::names(&der[..n]);
+        }
+        assert_eq!(crate::san::names(b"\x30\x84\xff\xff\xff\xff"), None);
+    }
+
+    #[test]
+    fn an_empty_file_serves_plain_http_without_auth() {
+        for text in ["", "\n# nothing\n", "{}", "basic_auth_users:\n"] {
+            let c = from_str(text, Path::new("/")).unwrap();
+            assert!(c.tls.is_none() && c.users.is_empty() && c.headers.is_empty());
+        }
+    }
+
+    #[test]
+    fn mistakes_are_errors_that_say_what() {
+        let d = Path::new("/nonexistent");
+        assert!(err("tls_server_confg: {}", d).contains("unknown field `tls_server_confg`"));
+        assert!(err("tls_server_config:\n  certfile: a", d).contains("unknown field `certfile`"));
+        assert!(err("basic_auth_users:\n  prom: secret", d).contains("\"prom\" has no valid bcrypt hash"));
+        let cost32 = format!("basic_auth_users:\n  p: $2y$32${}", "a".repeat(53));
+        assert!(err(&cost32, d).contains("cost 32"));
+        assert!(err("http_server_config:\n  headers:\n    Server: x", d).contains("\"Server\" can not be configured"));
+        assert!(err("http_server_config:\n  headers:\n    X-Frame-Options: allow", d).contains("X-Frame-Options must be one of"));
+        assert!(err("http_server_config:\n  headers:\n    Content-Security-Policy: \"a\\nb\"", d).contains("invalid value"));
+        assert!(err("tls_server_config:\n  key_file: k", d).contains("failed to read key_file") || err("tls_server_config:\n  key_file: k", d).contains("missing cert_file"));
+        assert!(err("tls_server_config:\n  cert_file: c.pem", d).contains("failed to read cert_file /nonexistent/c.pem"));
+        // Repeated keys are not silently merged.
+        assert!(err("basic_auth_users: {}\nbasic_auth_users: {}", d).contains("duplicate"));
+    }
+
+    #[test]
+    fn tls_settings_are_checked_like_promtool_does() {
+        let pki = pki();
+        let d = pki.path();
+        let tls = "tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n";
+        let ok = from_str(tls, d).unwrap();
+        assert!(ok.tls.is_some());
+        assert_eq!(ok.watched, [d.join("server.crt"), d.join("server.key")]);
+        let with = |more: &str| format!("{tls}{more}");
+        assert!(err("tls_server_config:\n  cert_file: server.crt\n  key_file: other.key\n", d).contains("do not make a key pair"));
+        assert!(err("tls_server_config:\n  cert_file: server.crt\n", d).contains("missing key_file"));
+        assert!(err(&with("  client_auth_type: Sometimes\n"), d).contains("invalid client_auth_type \"Sometimes\""));
+        assert!(err(&with("  client_ca_file: ca.crt\n"), d).contains("client_auth_type is NoClientCert"));
+        assert!(err(&with("  client_auth_type: RequireAndVerifyClientCert\n"), d).contains("needs client_ca_file"));
+        assert!(err(&with("  client_auth_type: VerifyClientCertIfGiven\n  client_ca_file: ca.crt\n  client_allowed_sans: [a]\n"), d).contains("client_allowed_sans needs"));
+        assert!(err(&with("  max_version: TLS11\n"), d).contains("TLS 1.2 and 1.3 only"));
+        assert!(err(&with("  min_version: TLS13\n  max_version: TLS12\n"), d).contains("min_version is above max_version"));
+        assert!(err(&with("  min_version: SSL3\n"), d).contains("unknown TLS version"));
+        assert!(err(&with("  curve_preferences: [CurveP999]\n"), d).contains("unknown curve"));
+        assert!(err(&with("  cipher_suites: [TLS_RSA_WITH_RC4_128_SHA]\n"), d).contains("none of"));
+        for good in [
+            "  client_auth_type: RequireAndVerifyClientCert\n  client_ca_file: ca.crt\n  client_allowed_sans: [prometheus.test]\n",
+            "  client_auth_type: VerifyClientCertIfGiven\n  client_ca_file: ca.crt\n",
+            "  client_auth_type: RequireAnyClientCert\n  client_allowed_sans: [x]\n",
+            "  client_auth_type: RequestClientCert\n",
+            "  min_version: TLS13\n",
+            "  min_version: TLS12\n  max_version: TLS12\n  cipher_suites: [TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256, TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305]\n  curve_preferences: [X25519, CurveP256]\n  prefer_server_cipher_suites: false\n",
+        ] {
+            from_str(&with(good), d).unwrap_or_else(|e| panic!("{good}: {e:#}"));
+        }
+        // Weaker than rustls can go: the floor stays TLS 1.2, with a warning.
+        let old = from_str(&with("  min_version: TLS10\n"), d).unwrap();
+        assert!(old.warnings[0].contains("minimum is TLS 1.2"));
+        let v = from_str(&with("  min_version: TLS13\n"), d).unwrap();
+        assert!(v.tls.unwrap().crypto_provider().cipher_suites.iter().any(|s| s.tls13().is_some()));
+    }
+
+    #[test]
+    fn passwords_are_checked_against_bcrypt_hashes() {
+        let hash = bcrypt::hash_with_salt("s3cret", 4, [7; 16]).unwrap().format_for_version(bcrypt::Version::TwoY);
+        let text = format!("basic_auth_users:\n  prom: '{hash}'\n  other: '{hash}'\n");
+        let c = from_str(&text, Path::new("/")).unwrap();
+        assert!(check_password_in(&c.users, "prom", "s3cret"));
+        assert!(!check_password_in(&c.users, "prom", "s3cret "));
+        assert!(!check_password_in(&c.users, "nobody", "s3cret"), "unknown user with a known password");
+        assert!(!check_password_in(&BTreeMap::new(), "prom", "s3cret"));
+        assert_ne!(cache_key("a", "bc"), cache_key("ab", "c"));
+    }
+}
