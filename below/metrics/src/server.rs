@@ -13,6 +13,7 @@ use std::sync::Arc;
 use std::task::Context as TaskContext;
 use std::task::Poll;
 use std::time::Duration;
+use std::time::Instant;
 
 use anyhow::Context;
 use anyhow::Result;
@@ -67,7 +68,11 @@ pub(crate) struct Watch {
     /// None while the file on disk is invalid: connections are refused
     /// until it is fixed, rather than served with a config nobody wrote.
     current: Option<Arc<WebConfig>>,
+    checked: Instant,
 }
+
+/// How often the web config's files are looked at.
+const RECHECK: Duration = Duration::from_millis(100);
 
 type Stamp = (u64, u64, u64, i64, i64, i64, i64);
 
@@ -100,6 +105,7 @@ impl Watch {
             stamps,
             watched: cfg.watched.clone(),
             current: Some(Arc::new(cfg)),
+            checked: Instant::now(),
         })
     }
 
@@ -109,8 +115,13 @@ impl Watch {
     }
 
     /// The config to serve a new connection with; re-read first if a file
-    /// changed (a stat of each per connection, nothing more when unchanged).
+    /// changed (a stat of each, at most every `RECHECK`: a flood of
+    /// connections must not become a flood of stats).
     fn current(&mut self, logger: &slog::Logger) -> Option<Arc<WebConfig>> {
+        if self.checked.elapsed() < RECHECK {
+            return self.current.clone();
+        }
+        self.checked = Instant::now();
         let now: Vec<_> = self.watched.iter().map(|p| stamp(p)).collect();
         if now != self.stamps {
             // Stamped before reading: a write during the read is seen next time.
@@ -228,7 +239,10 @@ async fn connection(
             Some(tls) => {
                 let acceptor = tokio_rustls::TlsAcceptor::from(tls);
                 match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
-                    Ok(Ok(s)) => http(&ctx, s, peer, &ticket, cfg).await,
+                    Ok(Ok(s)) => {
+                        ticket.handshaken();
+                        http(&ctx, s, peer, &ticket, cfg).await
+                    }
                     Ok(Err(e)) => debug!(ctx.logger, "Metrics server: {}: TLS: {}", peer, e),
                     Err(_) => debug!(
                         ctx.logger,
@@ -239,7 +253,8 @@ async fn connection(
         }
     };
     tokio::select! {
-        _ = evicted => debug!(ctx.logger, "Metrics server: {}: idle, closed for a newcomer", peer),
+        // Only a send counts: the sender goes away unsent only with the slot.
+        Ok(()) = evicted => debug!(ctx.logger, "Metrics server: {}: idle, closed for a newcomer", peer),
         () = work => {}
     }
 }

@@ -5,7 +5,13 @@
 //! between requests — of the peer holding the most, if that peer holds more
 //! than the newcomer's peer does: idlers cannot keep a scraper out, however
 //! many of them there are or however fast they reconnect, and a connection
-//! serving a request is never taken.
+//! serving a request is never taken. Connections that got nowhere go first,
+//! then those past their TLS handshake, then those that carried a request
+//! (a scraper's keep-alive connection outlives idlers); and a peer whose
+//! connection that got nowhere was taken may not take one itself for
+//! `COOLDOWN`: idlers reconnecting at once would otherwise churn the slots
+//! so fast that a newcomer's TLS handshake could not finish before it too
+//! was the oldest idle connection.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -32,8 +38,21 @@ impl Peer {
     }
 }
 
+/// How long a peer whose never-used connection was taken may not take
+/// another's slot.
+const COOLDOWN: Duration = Duration::from_secs(1);
+
+/// How far a connection got; the lower, the sooner it is taken.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum Stage {
+    Connected,
+    Handshaken,
+    Served,
+}
+
 struct Conn {
     peer: Peer,
+    stage: Stage,
     /// When it last became idle (or connected); None while serving.
     idle_since: Option<Instant>,
     /// When it started serving its current request.
@@ -45,6 +64,8 @@ struct State {
     next: u64,
     conns: HashMap<u64, Conn>,
     per_peer: HashMap<Peer, usize>,
+    /// Peers in their cooldown, and since when.
+    cooling: HashMap<Peer, Instant>,
 }
 
 pub(crate) struct Slots {
@@ -68,6 +89,7 @@ impl Slots {
                 next: 0,
                 conns: HashMap::new(),
                 per_peer: HashMap::new(),
+                cooling: HashMap::new(),
             }),
         })
     }
@@ -81,27 +103,34 @@ impl Slots {
     /// must be refused.
     pub(crate) fn admit(self: &Arc<Self>, peer: Peer) -> Option<(Ticket, oneshot::Receiver<()>)> {
         let mut st = self.lock();
+        let now = Instant::now();
+        st.cooling.retain(|_, t| now.duration_since(*t) < COOLDOWN);
         let mine = st.per_peer.get(&peer).copied().unwrap_or(0);
+        // The least advanced first, then the most-holding peer's, then the
+        // longest idle.
+        let order = |c: &Conn, n: usize| Some((c.stage, std::cmp::Reverse(n), c.idle_since?));
         let victim = if mine >= self.per_peer {
-            // At its own limit: its oldest idle connection makes room.
+            // At its own limit: its own idle connection makes room.
             st.conns
                 .iter()
                 .filter(|(_, c)| c.peer == peer)
-                .filter_map(|(id, c)| Some((c.idle_since?, *id)))
+                .filter_map(|(id, c)| Some((order(c, mine)?, *id)))
                 .min()
-                .map(|(_, id)| id)
-                .map(Some)
+                .map(|(_, id)| Some(id))
         } else if st.conns.len() >= self.total {
-            // Full: the most-holding peer's oldest idle connection, if that
-            // peer holds more than `peer` does.
-            st.conns
-                .iter()
-                .filter_map(|(id, c)| {
-                    let n = st.per_peer[&c.peer];
-                    (n > mine).then_some((std::cmp::Reverse(n), c.idle_since?, *id))
-                })
-                .min()
-                .map(|(_, _, id)| Some(id))
+            if st.cooling.contains_key(&peer) {
+                None
+            } else {
+                // Full: an idle connection of a peer holding more than `peer`.
+                st.conns
+                    .iter()
+                    .filter_map(|(id, c)| {
+                        let n = st.per_peer[&c.peer];
+                        (n > mine).then(|| Some((order(c, n)?, *id)))?
+                    })
+                    .min()
+                    .map(|(_, id)| Some(id))
+            }
         } else {
             Some(None)
         };
@@ -109,6 +138,9 @@ impl Slots {
         if let Some(id) = victim {
             let c = st.conns.remove(&id).expect("victim is open");
             Self::forget(&mut st, c.peer);
+            if c.stage == Stage::Connected && c.peer != peer {
+                st.cooling.insert(c.peer, now);
+            }
             if let Some(tx) = c.evict {
                 let _ = tx.send(());
             }
@@ -120,7 +152,8 @@ impl Slots {
             id,
             Conn {
                 peer,
-                idle_since: Some(Instant::now()),
+                stage: Stage::Connected,
+                idle_since: Some(now),
                 busy_since: None,
                 evict: Some(tx),
             },
@@ -157,8 +190,19 @@ impl Ticket {
         let mut st = self.slots.lock();
         if let Some(c) = st.conns.get_mut(&self.id) {
             let now = Instant::now();
+            if busy {
+                c.stage = Stage::Served;
+            }
             c.idle_since = (!busy).then_some(now);
             c.busy_since = busy.then_some(now);
+        }
+    }
+
+    /// The TLS handshake is done.
+    pub(crate) fn handshaken(&self) {
+        let mut st = self.slots.lock();
+        if let Some(c) = st.conns.get_mut(&self.id) {
+            c.stage = c.stage.max(Stage::Handshaken);
         }
     }
 
@@ -230,6 +274,33 @@ mod tests {
         let _new = s.admit(ip("10.0.0.5")).unwrap();
         assert!(eight_gone.try_recv().is_ok());
         assert_eq!(s.open(), 4);
+    }
+
+    #[test]
+    fn used_connections_outlive_idlers_and_evicted_idlers_cool_down() {
+        let s = Slots::new(3, 4);
+        // A scraper's keep-alive connection: served once, idle now.
+        let (scraper, mut scraper_gone) = s.admit(ip("10.0.0.1")).unwrap();
+        scraper.set_busy(true);
+        scraper.set_busy(false);
+        let (_i2, mut i2_gone) = s.admit(ip("10.0.0.2")).unwrap();
+        let (_i3, mut i3_gone) = s.admit(ip("10.0.0.3")).unwrap();
+        // Past its handshake, .3 outlives .2.
+        _i3.handshaken();
+        // Full: the never-used .2 goes, although the scraper's is older.
+        let (_i4, _) = s.admit(ip("10.0.0.4")).unwrap();
+        assert!(i2_gone.try_recv().is_ok());
+        assert!(scraper_gone.try_recv().is_err());
+        // .2 is cooling: it cannot take a slot back at once.
+        assert!(s.admit(ip("10.0.0.2")).is_none());
+        // Another newcomer can: .4's, which got nowhere, goes, not .3's.
+        let (i5, _) = s.admit(ip("10.0.0.5")).unwrap();
+        assert!(i3_gone.try_recv().is_err());
+        // With .5 serving, .3's goes before the scraper's.
+        i5.set_busy(true);
+        let (_i6, _) = s.admit(ip("10.0.0.6")).unwrap();
+        assert!(i3_gone.try_recv().is_ok());
+        assert!(scraper_gone.try_recv().is_err());
     }
 
     #[test]

@@ -676,14 +676,25 @@ done
         let d = Path::new("/nonexistent");
         assert!(err("tls_server_confg: {}", d).contains("unknown field `tls_server_confg`"));
         assert!(err("tls_server_config:\n  certfile: a", d).contains("unknown field `certfile`"));
-        assert!(err("basic_auth_users:\n  prom: secret", d).contains("\"prom\" has no valid bcrypt hash"));
+        assert!(err("basic_auth_users:\n  prom: secret", d)
+            .contains("\"prom\" has no valid bcrypt hash"));
         let cost32 = format!("basic_auth_users:\n  p: $2y$32${}", "a".repeat(53));
         assert!(err(&cost32, d).contains("cost 32"));
-        assert!(err("http_server_config:\n  headers:\n    Server: x", d).contains("\"Server\" can not be configured"));
-        assert!(err("http_server_config:\n  headers:\n    X-Frame-Options: allow", d).contains("X-Frame-Options must be one of"));
-        assert!(err("http_server_config:\n  headers:\n    Content-Security-Policy: \"a\\nb\"", d).contains("invalid value"));
-        assert!(err("tls_server_config:\n  key_file: k", d).contains("failed to read key_file") || err("tls_server_config:\n  key_file: k", d).contains("missing cert_file"));
-        assert!(err("tls_server_config:\n  cert_file: c.pem", d).contains("failed to read cert_file /nonexistent/c.pem"));
+        assert!(err("http_server_config:\n  headers:\n    Server: x", d)
+            .contains("\"Server\" can not be configured"));
+        assert!(err(
+            "http_server_config:\n  headers:\n    X-Frame-Options: allow",
+            d
+        )
+        .contains("X-Frame-Options must be one of"));
+        assert!(err(
+            "http_server_config:\n  headers:\n    Content-Security-Policy: \"a\\nb\"",
+            d
+        )
+        .contains("invalid value"));
+        assert!(err("tls_server_config:\n  key_file: k", d).contains("missing cert_file"));
+        assert!(err("tls_server_config:\n  cert_file: c.pem", d)
+            .contains("failed to read cert_file /nonexistent/c.pem"));
         // Repeated keys are not silently merged.
         assert!(err("basic_auth_users: {}\nbasic_auth_users: {}", d).contains("duplicate"));
     }
@@ -697,14 +708,28 @@ done
         assert!(ok.tls.is_some());
         assert_eq!(ok.watched, [d.join("server.crt"), d.join("server.key")]);
         let with = |more: &str| format!("{tls}{more}");
-        assert!(err("tls_server_config:\n  cert_file: server.crt\n  key_file: other.key\n", d).contains("do not make a key pair"));
-        assert!(err("tls_server_config:\n  cert_file: server.crt\n", d).contains("missing key_file"));
-        assert!(err(&with("  client_auth_type: Sometimes\n"), d).contains("invalid client_auth_type \"Sometimes\""));
-        assert!(err(&with("  client_ca_file: ca.crt\n"), d).contains("client_auth_type is NoClientCert"));
-        assert!(err(&with("  client_auth_type: RequireAndVerifyClientCert\n"), d).contains("needs client_ca_file"));
+        assert!(err(
+            "tls_server_config:\n  cert_file: server.crt\n  key_file: other.key\n",
+            d
+        )
+        .contains("do not make a key pair"));
+        assert!(
+            err("tls_server_config:\n  cert_file: server.crt\n", d).contains("missing key_file")
+        );
+        assert!(err(&with("  client_auth_type: Sometimes\n"), d)
+            .contains("invalid client_auth_type \"Sometimes\""));
+        assert!(err(&with("  client_ca_file: ca.crt\n"), d)
+            .contains("client_auth_type is NoClientCert"));
+        assert!(
+            err(&with("  client_auth_type: RequireAndVerifyClientCert\n"), d)
+                .contains("needs client_ca_file")
+        );
         assert!(err(&with("  client_auth_type: VerifyClientCertIfGiven\n  client_ca_file: ca.crt\n  client_allowed_sans: [a]\n"), d).contains("client_allowed_sans needs"));
         assert!(err(&with("  max_version: TLS11\n"), d).contains("TLS 1.2 and 1.3 only"));
-        assert!(err(&with("  min_version: TLS13\n  max_version: TLS12\n"), d).contains("min_version is above max_version"));
+        assert!(
+            err(&with("  min_version: TLS13\n  max_version: TLS12\n"), d)
+                .contains("min_version is above max_version")
+        );
         assert!(err(&with("  min_version: SSL3\n"), d).contains("unknown TLS version"));
         assert!(err(&with("  curve_preferences: [CurveP999]\n"), d).contains("unknown curve"));
         assert!(err(&with("  cipher_suites: [TLS_RSA_WITH_RC4_128_SHA]\n"), d).contains("none of"));
@@ -722,17 +747,28 @@ done
         let old = from_str(&with("  min_version: TLS10\n"), d).unwrap();
         assert!(old.warnings[0].contains("minimum is TLS 1.2"));
         let v = from_str(&with("  min_version: TLS13\n"), d).unwrap();
-        assert!(v.tls.unwrap().crypto_provider().cipher_suites.iter().any(|s| s.tls13().is_some()));
+        assert!(v
+            .tls
+            .unwrap()
+            .crypto_provider()
+            .cipher_suites
+            .iter()
+            .any(|s| s.tls13().is_some()));
     }
 
     #[test]
     fn passwords_are_checked_against_bcrypt_hashes() {
-        let hash = bcrypt::hash_with_salt("s3cret", 4, [7; 16]).unwrap().format_for_version(bcrypt::Version::TwoY);
+        let hash = bcrypt::hash_with_salt("s3cret", 4, [7; 16])
+            .unwrap()
+            .format_for_version(bcrypt::Version::TwoY);
         let text = format!("basic_auth_users:\n  prom: '{hash}'\n  other: '{hash}'\n");
         let c = from_str(&text, Path::new("/")).unwrap();
         assert!(check_password_in(&c.users, "prom", "s3cret"));
         assert!(!check_password_in(&c.users, "prom", "s3cret "));
-        assert!(!check_password_in(&c.users, "nobody", "s3cret"), "unknown user with a known password");
+        assert!(
+            !check_password_in(&c.users, "nobody", "s3cret"),
+            "unknown user with a known password"
+        );
         assert!(!check_password_in(&BTreeMap::new(), "prom", "s3cret"));
         assert_ne!(cache_key("a", "bc"), cache_key("ab", "c"));
     }
