@@ -185,8 +185,9 @@ async fn serve(
     logger: slog::Logger,
     listener: std::net::TcpListener,
     shared: Arc<Shared>,
-    mut web: Option<Watch>,
+    web: Option<Watch>,
 ) {
+    let web = web.map(|w| Arc::new(std::sync::Mutex::new(w)));
     let listener = match tokio::net::TcpListener::from_std(listener) {
         Ok(l) => l,
         Err(e) => return warn!(logger, "Metrics server stopped: {:#}", e),
@@ -207,9 +208,9 @@ async fn serve(
                 continue;
             }
         };
-        let cfg = match &mut web {
+        let cfg = match &web {
             None => None,
-            Some(w) => match w.current(&logger) {
+            Some(w) => match lock(w).current(&logger) {
                 Some(c) => Some(c),
                 None => continue,
             },
@@ -221,7 +222,14 @@ async fn serve(
             );
             continue;
         };
-        tokio::spawn(connection(ctx.clone(), stream, peer, ticket, cfg));
+        tokio::spawn(connection(
+            ctx.clone(),
+            stream,
+            peer,
+            ticket,
+            cfg,
+            web.clone(),
+        ));
     }
 }
 
@@ -231,17 +239,18 @@ async fn connection(
     peer: SocketAddr,
     (ticket, evicted): (Ticket, tokio::sync::oneshot::Receiver<()>),
     cfg: Option<Arc<WebConfig>>,
+    web: Option<Arc<std::sync::Mutex<Watch>>>,
 ) {
     let ticket = Arc::new(ticket);
     let work = async {
         match cfg.as_ref().and_then(|c| c.tls.clone()) {
-            None => http(&ctx, stream, peer, &ticket, cfg).await,
+            None => http(&ctx, stream, peer, &ticket, cfg, web).await,
             Some(tls) => {
                 let acceptor = tokio_rustls::TlsAcceptor::from(tls);
                 match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
                     Ok(Ok(s)) => {
                         ticket.handshaken();
-                        http(&ctx, s, peer, &ticket, cfg).await
+                        http(&ctx, s, peer, &ticket, cfg, web).await
                     }
                     Ok(Err(e)) => debug!(ctx.logger, "Metrics server: {}: TLS: {}", peer, e),
                     Err(_) => debug!(
@@ -259,17 +268,25 @@ async fn connection(
     }
 }
 
+fn lock(w: &std::sync::Mutex<Watch>) -> std::sync::MutexGuard<'_, Watch> {
+    w.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// Serves HTTP/1 on `io` until the client goes, a timeout, or the
-/// response deadline passes.
+/// response deadline passes. When the web config changes, a keep-alive
+/// connection is closed after its current request, so the next one
+/// follows the new config (its TLS and users).
 async fn http<I>(
     ctx: &Arc<Ctx>,
     io: I,
     peer: SocketAddr,
     ticket: &Arc<Ticket>,
     cfg: Option<Arc<WebConfig>>,
+    web: Option<Arc<std::sync::Mutex<Watch>>>,
 ) where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
+    let started_with = cfg.clone();
     let service = {
         let ctx = ctx.clone();
         let ticket = ticket.clone();
@@ -287,6 +304,7 @@ async fn http<I>(
         .serve_connection(TokioIo::new(io), service);
     tokio::pin!(conn);
     let mut tick = tokio::time::interval(Duration::from_secs(1));
+    let mut closing = false;
     loop {
         tokio::select! {
             r = &mut conn => {
@@ -299,6 +317,18 @@ async fn http<I>(
                 if ticket.busy_for().is_some_and(|t| t > RESPONSE_TIMEOUT) {
                     debug!(ctx.logger, "Metrics server: {}: response not taken in {:?}", peer, RESPONSE_TIMEOUT);
                     return;
+                }
+                if let (Some(w), false) = (&web, closing) {
+                    let now = lock(w).current(&ctx.logger);
+                    let same = match (&now, &started_with) {
+                        (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+                        _ => false,
+                    };
+                    if !same {
+                        debug!(ctx.logger, "Metrics server: {}: web config changed, closing after this request", peer);
+                        conn.as_mut().graceful_shutdown();
+                        closing = true;
+                    }
                 }
             }
         }

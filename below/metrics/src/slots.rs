@@ -1,17 +1,16 @@
 //! Connection slots shared fairly between peers. A peer (an IPv4 address,
 //! an IPv6 /64) holds at most `per_peer` connections, all peers together at
-//! most `total`. A newcomer that finds no free slot takes one from an idle
-//! connection — one waiting for its TLS handshake or request head, or
-//! between requests — of the peer holding the most, if that peer holds more
-//! than the newcomer's peer does: idlers cannot keep a scraper out, however
-//! many of them there are or however fast they reconnect, and a connection
-//! serving a request is never taken. Connections that got nowhere go first,
-//! then those past their TLS handshake, then those that carried a request
-//! (a scraper's keep-alive connection outlives idlers); and a peer whose
-//! connection that got nowhere was taken may not take one itself for
-//! `COOLDOWN`: idlers reconnecting at once would otherwise churn the slots
-//! so fast that a newcomer's TLS handshake could not finish before it too
-//! was the oldest idle connection.
+//! most `total`. A newcomer that finds no free slot takes an idle one:
+//! first one that got nowhere (no TLS handshake done, no request yet), the
+//! longest idle of them, from anyone; failing that, one past its handshake
+//! or between keep-alive requests, but only from a peer holding more than
+//! the newcomer's peer does. A connection serving a request is never taken.
+//! So idlers cannot keep a scraper out, however many of them there are or
+//! however fast they reconnect, and a scraper's keep-alive connections
+//! outlive them. A peer whose connection that got nowhere was taken may not
+//! take one itself for `COOLDOWN`: idlers reconnecting at once would
+//! otherwise churn the slots so fast that a newcomer's TLS handshake could
+//! not finish before it too was the oldest idle connection.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -106,27 +105,30 @@ impl Slots {
         let now = Instant::now();
         st.cooling.retain(|_, t| now.duration_since(*t) < COOLDOWN);
         let mine = st.per_peer.get(&peer).copied().unwrap_or(0);
-        // The least advanced first, then the most-holding peer's, then the
-        // longest idle.
-        let order = |c: &Conn, n: usize| Some((c.stage, std::cmp::Reverse(n), c.idle_since?));
+        // The least advanced first, then the longest idle. Not the
+        // most-holding peer's first: a scraper holding a keep-alive
+        // connection per job would lose its new ones to every idler.
+        let order = |c: &Conn| Some((c.stage, c.idle_since?));
         let victim = if mine >= self.per_peer {
             // At its own limit: its own idle connection makes room.
             st.conns
                 .iter()
                 .filter(|(_, c)| c.peer == peer)
-                .filter_map(|(id, c)| Some((order(c, mine)?, *id)))
+                .filter_map(|(id, c)| Some((order(c)?, *id)))
                 .min()
                 .map(|(_, id)| Some(id))
         } else if st.conns.len() >= self.total {
             if st.cooling.contains_key(&peer) {
                 None
             } else {
-                // Full: an idle connection of a peer holding more than `peer`.
+                // Full: an idle connection that got nowhere, or one of a
+                // peer holding more than `peer` (a scraper already holding
+                // a connection per job must still get a new one in).
                 st.conns
                     .iter()
                     .filter_map(|(id, c)| {
                         let n = st.per_peer[&c.peer];
-                        (n > mine).then(|| Some((order(c, n)?, *id)))?
+                        (c.stage == Stage::Connected || n > mine).then(|| Some((order(c)?, *id)))?
                     })
                     .min()
                     .map(|(_, id)| Some(id))
@@ -249,31 +251,41 @@ mod tests {
     }
 
     #[test]
-    fn full_takes_from_the_peer_holding_most_and_never_a_busy_one() {
+    fn full_takes_from_a_peer_holding_more_and_never_a_busy_one() {
         let s = Slots::new(4, 4);
+        // Past their handshakes, waiting for requests.
         let mut nine: Vec<_> = (0..3).map(|_| s.admit(ip("10.0.0.9")).unwrap()).collect();
-        let (_eight, mut eight_gone) = s.admit(ip("10.0.0.8")).unwrap();
-        // Full: the oldest idle connection of .9 (3 held) makes room.
+        let (eight, mut eight_gone) = s.admit(ip("10.0.0.8")).unwrap();
+        for t in nine.iter().map(|n| &n.0).chain([&eight]) {
+            t.handshaken();
+        }
+        // Full: .1 (holding none) takes the longest idle connection (.9's).
         let (one, _) = s.admit(ip("10.0.0.1")).unwrap();
+        one.handshaken();
         assert!(nine[0].1.try_recv().is_ok());
         assert!(nine[1].1.try_recv().is_err());
         assert_eq!(s.open(), 4);
-        // .9 holds 2, more than .1's 1: .1 may take another of .9's.
+        // .9 holds 2, more than .1's 1: .1 may take another of .9's, not a
+        // busy one.
         nine[1].0.set_busy(true);
         let (one_b, _) = s.admit(ip("10.0.0.1")).unwrap();
+        one_b.handshaken();
         assert!(nine[1].1.try_recv().is_err(), "busy, so not taken");
         assert!(nine[2].1.try_recv().is_ok());
-        // .8 holds 1, .9 1, .1 2: another from .8 may only take .1's, and
-        // .1's are busy now; .8's own idle one is not its victim (not full
-        // for it per peer): refused.
+        // .8 holds 1, .9 1, .1 2 (busy): nothing .8 may take.
         one.set_busy(true);
         one_b.set_busy(true);
         assert!(s.admit(ip("10.0.0.8")).is_none());
         assert!(eight_gone.try_recv().is_err());
         // A newcomer holding nothing takes .8's idle one.
-        let _new = s.admit(ip("10.0.0.5")).unwrap();
+        let (_new, mut new_gone) = s.admit(ip("10.0.0.5")).unwrap();
         assert!(eight_gone.try_recv().is_ok());
         assert_eq!(s.open(), 4);
+        // One that got nowhere is anyone's to take, even for .1 holding 2.
+        let (_again, _) = s
+            .admit(ip("10.0.0.1"))
+            .unwrap_or_else(|| panic!("a peer at 2 of 4 may take a connection that got nowhere"));
+        assert!(new_gone.try_recv().is_ok());
     }
 
     #[test]
