@@ -87,7 +87,9 @@ $TLS
 YML
 # Debian 12's promtool (2.42) predates client_allowed_sans: not checked by it.
 { cat "$tmp/web-mtls.yml"; echo "  client_allowed_sans: [prometheus.test]"; } > "$tmp/web-sans.yml"
-printf 'log_dir = "%s/log"\nstore_dir = "%s/store"\n' "$tmp" "$tmp" > "$tmp/below.conf"
+# Top-level cgroups only: this test is about the transport, and a small
+# body keeps a scrape well inside Prometheus' 1 s timeout on a busy host.
+printf 'log_dir = "%s/log"\nstore_dir = "%s/store"\n[metrics]\nmax_depth = 1\n' "$tmp" "$tmp" > "$tmp/below.conf"
 
 # ---- bad configs: promtool and below agree ----------------------------------------
 log "bad web configs: promtool rejects them, record refuses to start and says why"
@@ -136,6 +138,14 @@ bad tls-version 'unknown TLS version' <<YML
 $TLS
   min_version: TLS1.2
 YML
+# The config key, and the flag without --listen.
+{ printf 'web_config_file = "%s"\n' "$tmp/bad-header.yml"; cat "$tmp/below.conf"; } > "$tmp/below-web.conf"
+out=$("$BELOW" --config "$tmp/below-web.conf" --cgroup-backend read record --count 1 --listen 127.0.0.1:0 2>&1) &&
+  die "record started with web_config_file = bad-header.yml"
+grep -qF 'X-Frame-Options must be one of' <<<"$out" || die "web_config_file: no reason given: $out"
+out=$("$BELOW" --config "$tmp/below.conf" --cgroup-backend read record --count 1 \
+  --web-config-file "$tmp/web-basic.yml" 2>&1) && die "record took --web-config-file without --listen"
+grep -qF 'needs --listen' <<<"$out" || die "--web-config-file without --listen: $out"
 for f in web-basic web-mtls; do
   promtool check web-config "$tmp/$f.yml" >/dev/null || die "promtool rejects $f.yml"
 done

@@ -8,9 +8,11 @@
 //! So idlers cannot keep a scraper out, however many of them there are or
 //! however fast they reconnect, and a scraper's keep-alive connections
 //! outlive them. A peer whose connection that got nowhere was taken may not
-//! take one itself for `COOLDOWN`: idlers reconnecting at once would
-//! otherwise churn the slots so fast that a newcomer's TLS handshake could
-//! not finish before it too was the oldest idle connection.
+//! take one itself for a while (1 s, doubling with each such loss up to
+//! 30 s, forgotten once one of its connections carries a request): idlers
+//! reconnecting at once would otherwise churn the slots so fast that a
+//! newcomer's TLS handshake could not finish before it too was the oldest
+//! idle connection.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -37,9 +39,18 @@ impl Peer {
     }
 }
 
-/// How long a peer whose never-used connection was taken may not take
-/// another's slot.
+/// How long a peer whose connection that got nowhere was taken may not take
+/// another's slot: the first time; it doubles each time up to the maximum.
 const COOLDOWN: Duration = Duration::from_secs(1);
+const COOLDOWN_MAX: Duration = Duration::from_secs(30);
+/// A peer's losses are forgotten this long after its cooldown ended.
+const FORGET: Duration = Duration::from_secs(60);
+
+struct Cooling {
+    until: Instant,
+    /// Connections that got nowhere taken from it.
+    losses: u32,
+}
 
 /// How far a connection got; the lower, the sooner it is taken.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -64,7 +75,8 @@ struct State {
     conns: HashMap<u64, Conn>,
     per_peer: HashMap<Peer, usize>,
     /// Peers in their cooldown, and since when.
-    cooling: HashMap<Peer, Instant>,
+    cooling: HashMap<Peer, Cooling>,
+    pruned: Instant,
 }
 
 pub(crate) struct Slots {
@@ -89,6 +101,7 @@ impl Slots {
                 conns: HashMap::new(),
                 per_peer: HashMap::new(),
                 cooling: HashMap::new(),
+                pruned: Instant::now(),
             }),
         })
     }
@@ -103,7 +116,10 @@ impl Slots {
     pub(crate) fn admit(self: &Arc<Self>, peer: Peer) -> Option<(Ticket, oneshot::Receiver<()>)> {
         let mut st = self.lock();
         let now = Instant::now();
-        st.cooling.retain(|_, t| now.duration_since(*t) < COOLDOWN);
+        if now.duration_since(st.pruned) >= COOLDOWN {
+            st.pruned = now;
+            st.cooling.retain(|_, c| now < c.until + FORGET);
+        }
         let mine = st.per_peer.get(&peer).copied().unwrap_or(0);
         // The least advanced first, then the longest idle. Not the
         // most-holding peer's first: a scraper holding a keep-alive
@@ -118,7 +134,7 @@ impl Slots {
                 .min()
                 .map(|(_, id)| Some(id))
         } else if st.conns.len() >= self.total {
-            if st.cooling.contains_key(&peer) {
+            if st.cooling.get(&peer).is_some_and(|c| now < c.until) {
                 None
             } else {
                 // Full: an idle connection that got nowhere, or one of a
@@ -141,7 +157,13 @@ impl Slots {
             let c = st.conns.remove(&id).expect("victim is open");
             Self::forget(&mut st, c.peer);
             if c.stage == Stage::Connected && c.peer != peer {
-                st.cooling.insert(c.peer, now);
+                let cool = st.cooling.entry(c.peer).or_insert(Cooling {
+                    until: now,
+                    losses: 0,
+                });
+                cool.losses += 1;
+                cool.until =
+                    now + (COOLDOWN * 2u32.saturating_pow(cool.losses - 1)).min(COOLDOWN_MAX);
             }
             if let Some(tx) = c.evict {
                 let _ = tx.send(());
@@ -190,13 +212,17 @@ impl Ticket {
     /// A request arrived (busy) or its response is done (idle).
     pub(crate) fn set_busy(&self, busy: bool) {
         let mut st = self.slots.lock();
-        if let Some(c) = st.conns.get_mut(&self.id) {
-            let now = Instant::now();
-            if busy {
-                c.stage = Stage::Served;
-            }
-            c.idle_since = (!busy).then_some(now);
-            c.busy_since = busy.then_some(now);
+        let Some(c) = st.conns.get_mut(&self.id) else {
+            return;
+        };
+        let now = Instant::now();
+        c.idle_since = (!busy).then_some(now);
+        c.busy_since = busy.then_some(now);
+        if busy {
+            c.stage = Stage::Served;
+            // A real client: its peer's losses are forgiven.
+            let peer = c.peer;
+            st.cooling.remove(&peer);
         }
     }
 
@@ -313,6 +339,37 @@ mod tests {
         let (_i6, _) = s.admit(ip("10.0.0.6")).unwrap();
         assert!(i3_gone.try_recv().is_ok());
         assert!(scraper_gone.try_recv().is_err());
+    }
+
+    #[test]
+    fn cooldown_doubles_and_a_served_request_forgives() {
+        let s = Slots::new(1, 4);
+        let idler = ip("10.0.0.2");
+        let taken = |s: &Arc<Slots>| s.lock().cooling.get(&idler).map(|c| c.losses);
+        let (held, _) = s.admit(idler).unwrap();
+        let (_x, _) = s.admit(ip("10.0.0.3")).unwrap();
+        drop(held);
+        assert_eq!(taken(&s), Some(1));
+        let until = s.lock().cooling[&idler].until;
+        // Once its cooldown is over, another loss costs it 2 s.
+        s.lock().cooling.get_mut(&idler).unwrap().until = Instant::now();
+        let (held, _) = s.admit(idler).unwrap();
+        let (_y, _) = s.admit(ip("10.0.0.4")).unwrap();
+        drop(held);
+        {
+            let st = s.lock();
+            let c = &st.cooling[&idler];
+            assert_eq!(c.losses, 2);
+            assert!(c.until - Instant::now() > Duration::from_millis(1500));
+            assert!(until <= c.until);
+        }
+        drop(_x);
+        // A request served forgives.
+        s.lock().cooling.get_mut(&idler).unwrap().until = Instant::now();
+        drop(_y);
+        let (t, _) = s.admit(idler).unwrap();
+        t.set_busy(true);
+        assert_eq!(taken(&s), None);
     }
 
     #[test]
