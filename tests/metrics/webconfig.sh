@@ -157,7 +157,7 @@ cp "$tmp/web-basic.yml" "$tmp/web.yml"
   --listen "127.0.0.1:$port" --web-config-file "$tmp/web.yml" 2> "$tmp/record.log" &
 pids+=($!)
 url=https://127.0.0.1:$port/metrics
-scrape() { curl -s --cacert "$pki/ca.crt" -o "$tmp/body" -D "$tmp/headers" -w '%{http_code}' "$@" "$url" || true; }
+scrape() { curl -sS --cacert "$pki/ca.crt" -o "$tmp/body" -D "$tmp/headers" -w '%{http_code}' "$@" "$url" 2>> "$tmp/curl.err" || true; }
 code_is() { [ "$(scrape "${@:2}")" = "$1" ]; } # code_is HTTP-CODE CURL-ARGS…
 wait_for 30 code_is 200 -u "prom:$PASS" || { cat "$tmp/record.log"; die "no TLS scrape with the password"; }
 grep -q '^below_cgroup_cpu_usage_seconds_total{cgroup="/"}' "$tmp/body" || die "the authorised scrape has no series"
@@ -219,7 +219,8 @@ t_end=$((SECONDS + FLOOD - 3))
 while [ "$SECONDS" -lt "$t_end" ]; do
   total=$((total + 1))
   t0=$(date +%s%N)
-  [ "$(scrape -u "prom:$PASS")" = 200 ] && ok=$((ok + 1))
+  : > "$tmp/curl.err"
+  if [ "$(scrape -u "prom:$PASS")" = 200 ]; then ok=$((ok + 1)); else log "  a scrape failed: $(cat "$tmp/curl.err")"; fi
   ms=$((($(date +%s%N) - t0) / 1000000)); [ "$ms" -le "$slowest" ] || slowest=$ms
   sleep 0.5
 done

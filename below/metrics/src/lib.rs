@@ -148,6 +148,14 @@ impl Exporter {
         let listener = std::net::TcpListener::bind(addr)
             .with_context(|| format!("Failed to listen on {} for metrics", addr))?;
         let addr = listener.local_addr()?;
+        // std listens with a backlog of 128: under a flood of connections
+        // the queue fills and a scraper's SYN is dropped, costing it a 1 s
+        // retransmit. Listening again on the socket only raises the limit
+        // (the kernel caps it at net.core.somaxconn).
+        // SAFETY: a listening socket we own; listen() takes no pointers.
+        unsafe {
+            libc::listen(std::os::fd::AsRawFd::as_raw_fd(&listener), 4096);
+        }
         let tls = web.as_ref().is_some_and(|w| w.tls());
         server::spawn(logger, listener, shared.clone(), web)?;
         Ok(Exporter { shared, addr, tls })
