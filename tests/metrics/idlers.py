@@ -4,12 +4,13 @@ its own loopback address (127.0.1.1, 127.0.1.2, ...), that never complete a
 request. Half send nothing; half dribble a TLS ClientHello or an HTTP request
 head one byte every 2 s (slowloris). A connection the server closes is opened
 again at once, so the idlers keep every slot they can. Stops by itself after
-SECONDS; prints how many connections were open at the end and how many the
-server closed.
+SECONDS (or at SIGTERM); prints how many connections were open at the end
+and how many the server closed.
 
 usage: idlers.py HOST PORT N SECONDS
 """
 import selectors
+import signal
 import socket
 import sys
 import time
@@ -46,6 +47,14 @@ def connect(i):
 for i in range(n):
     connect(i)
 end = time.monotonic() + seconds
+
+
+def stop(*_):
+    global end
+    end = 0
+
+
+signal.signal(signal.SIGTERM, stop)
 next_drip = time.monotonic() + 2
 while time.monotonic() < end:
     for key, _ in sel.select(timeout=0.2):

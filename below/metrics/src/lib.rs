@@ -154,7 +154,7 @@ impl Exporter {
         // (the kernel caps it at net.core.somaxconn).
         // SAFETY: a listening socket we own; listen() takes no pointers.
         unsafe {
-            libc::listen(std::os::fd::AsRawFd::as_raw_fd(&listener), 4096);
+            libc::listen(std::os::fd::AsRawFd::as_raw_fd(&listener), 1024);
         }
         let tls = web.as_ref().is_some_and(|w| w.tls());
         server::spawn(logger, listener, shared.clone(), web)?;

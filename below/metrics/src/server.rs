@@ -9,6 +9,8 @@ use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::pin::Pin;
+use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::task::Context as TaskContext;
 use std::task::Poll;
@@ -45,6 +47,9 @@ use crate::Shared;
 pub(crate) const MAX_CONNECTIONS: usize = 64;
 /// Connections one peer may hold; Prometheus needs one per server.
 pub(crate) const MAX_PER_PEER: usize = 4;
+/// Refused connections held open (unread, without a slot) at most; more
+/// are closed at once. Within the 1024 descriptors systemd gives a unit.
+const MAX_PARKED: usize = 512;
 /// Time to complete the TLS handshake.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 /// Time to send a complete request head, from connecting or from the end
@@ -193,6 +198,7 @@ async fn serve(
         Err(e) => return warn!(logger, "Metrics server stopped: {:#}", e),
     };
     let slots = Slots::new(MAX_CONNECTIONS, MAX_PER_PEER);
+    let parked = Arc::new(AtomicUsize::new(0));
     let ctx = Arc::new(Ctx {
         logger: logger.clone(),
         shared,
@@ -220,6 +226,18 @@ async fn serve(
                 logger,
                 "Metrics server: {} refused, no idle slot to take", peer
             );
+            // Parked, not closed: an idler whose connection is closed
+            // comes back at once, and each round trip costs us an accept.
+            // Held unread for as long as an idle connection would be.
+            if parked.load(Ordering::Relaxed) < MAX_PARKED {
+                parked.fetch_add(1, Ordering::Relaxed);
+                let parked = parked.clone();
+                tokio::spawn(async move {
+                    tokio::time::sleep(HEADER_READ_TIMEOUT).await;
+                    drop(stream);
+                    parked.fetch_sub(1, Ordering::Relaxed);
+                });
+            }
             continue;
         };
         tokio::spawn(connection(
