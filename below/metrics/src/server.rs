@@ -1,9 +1,10 @@
 //! The HTTP side: hyper's HTTP/1 server on a one-thread tokio runtime, on a
 //! thread of its own, over TLS (rustls) when the web config says so. Limits
 //! keep a slow or hostile client from holding resources: slots shared
-//! fairly per peer (slots.rs), a TLS handshake timeout, a header read
-//! timeout (also between keep-alive requests), a response deadline, and a
-//! request buffer cap.
+//! fairly per peer (slots.rs), refused connections held rather than closed
+//! (so idlers do not reconnect in a loop), a TLS handshake timeout, a header
+//! read timeout (also between keep-alive requests), a response deadline,
+//! and a request buffer cap.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
