@@ -38,7 +38,10 @@ tally_summary() {
 # ---- packages -----------------------------------------------------------------
 # What building and testing needs, by purpose.
 PKGS_BUILD=(clang-19 llvm-19 libelf-dev zlib1g-dev pkg-config make)
-PKGS_TEST=(tmux util-linux python3 shellcheck dpkg-dev binutils strace lsb-release jq)
+PKGS_TEST=(tmux util-linux python3 shellcheck dpkg-dev binutils strace lsb-release jq openssl)
+# The metrics suite: a real Prometheus (and promtool), remote-write target,
+# certificates and bcrypt hashes for the web config.
+PKGS_METRICS=(prometheus victoria-metrics curl openssl apache2-utils)
 PKGS_VM=(qemu-system-x86 busybox-static cpio xz-utils zstd bpftool debian-archive-keyring
          e2fsprogs xfsprogs)
 # Building our own kernel (tests/vm/kernel.sh patched).

@@ -22,6 +22,7 @@ pub(crate) struct ExtraConfig {
     pub(crate) process_backend: Option<bstats_procs::ProcessBackend>,
     pub(crate) cgroup_root: Option<PathBuf>,
     pub(crate) listen: Option<std::net::SocketAddr>,
+    pub(crate) web_config_file: Option<PathBuf>,
     #[serde(default)]
     pub(crate) metrics: bstats_metrics::Options,
     pub(crate) cgroup_top: Option<usize>,

@@ -167,6 +167,7 @@ struct Config {
     cgroup_root: PathBuf,
     debug: bool,
     listen: Option<std::net::SocketAddr>,
+    web_config_file: Option<PathBuf>,
     metrics: bstats_metrics::Options,
     /// `record`'s durability policy from the config file (`--store-sync`
     /// overrides it).
@@ -198,6 +199,7 @@ fn load_config(opt: &Opt) -> Result<Config> {
         cgroup_root,
         debug: opt.debug,
         listen: extra.listen,
+        web_config_file: extra.web_config_file,
         metrics: extra.metrics,
         store_sync: extra.store_sync,
         top: TopOpts {

@@ -85,6 +85,11 @@ pub struct RecordOpts {
     /// Default: listen nowhere.
     #[clap(long, value_name = "ADDR")]
     pub listen: Option<std::net::SocketAddr>,
+    /// TLS, basic auth and headers for --listen, from a web config file in
+    /// the format node_exporter and Prometheus read (--web.config.file);
+    /// config key `web_config_file`. Re-read when it changes.
+    #[clap(long, value_name = "FILE")]
+    pub web_config_file: Option<std::path::PathBuf>,
     #[clap(flatten)]
     pub top: crate::top::TopOpts,
     /// Append where each written sample's time went to FILE, one JSON
@@ -173,15 +178,23 @@ pub fn record(logger: &slog::Logger, cfg: &Config, opts: RecordOpts) -> Result<(
         top,
     )?;
     // Before the store too: a port in use is a clear error, not an empty store.
+    let web_config = opts
+        .web_config_file
+        .as_ref()
+        .or(cfg.web_config_file.as_ref());
     let exporter = match opts.listen.or(cfg.listen) {
         Some(addr) => {
-            let x = bstats_metrics::Exporter::start(logger.clone(), addr, &cfg.metrics)?;
-            info!(
-                logger,
-                "Serving metrics on http://{}/metrics",
-                x.local_addr()
-            );
+            let x = bstats_metrics::Exporter::start(
+                logger.clone(),
+                addr,
+                &cfg.metrics,
+                web_config.map(|p| p.as_path()),
+            )?;
+            info!(logger, "Serving metrics on {}", x.url());
             Some(x)
+        }
+        None if opts.web_config_file.is_some() => {
+            bail!("--web-config-file secures the metrics endpoint: it needs --listen")
         }
         None => None,
     };

@@ -12,7 +12,7 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 cd "$REPO_ROOT"
 
-install_pkgs prometheus victoria-metrics curl
+install_pkgs "${PKGS_METRICS[@]}"
 build_release
 BELOW=$BELOW_BIN
 

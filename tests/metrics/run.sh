@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The OpenMetrics endpoint: on the host a real Prometheus scrapes
-# `below record --listen` (prometheus.sh); in the Debian 7.3 guest, with the
-# BPF backend, it serves every test cgroup (guest.sh).
+# `below record --listen` (prometheus.sh), and over TLS with basic auth and
+# client certificates from a web config file (webconfig.sh); in the Debian
+# 7.3 guest, with the BPF backend, it serves every test cgroup (guest.sh).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 
@@ -13,5 +14,7 @@ guest() {
 
 check "build" build_release
 check "prometheus scrapes record --listen (host, plain read)" "$REPO_ROOT/tests/metrics/prometheus.sh"
+check "web config: TLS, basic auth, client certificates, idle clients (host, real Prometheus)" \
+  "$REPO_ROOT/tests/metrics/webconfig.sh"
 check "record --listen serves the test cgroups (debian-7.3, bpf)" guest
 tally_summary

@@ -9,9 +9,13 @@
 
 mod defs;
 mod render;
+mod san;
 mod server;
+mod slots;
+mod webconfig;
 
 use std::net::SocketAddr;
+use std::path::Path;
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::sync::Mutex;
@@ -120,11 +124,22 @@ struct Shared {
 pub struct Exporter {
     shared: Arc<Shared>,
     addr: SocketAddr,
+    tls: bool,
 }
 
 impl Exporter {
-    /// Binds `addr` (the error names it) and starts the server thread.
-    pub fn start(logger: slog::Logger, addr: SocketAddr, opts: &Options) -> Result<Exporter> {
+    /// Binds `addr` (the error names it) and starts the server thread;
+    /// with `web_config` (node_exporter's web config file: TLS, basic auth,
+    /// headers), checked first: an invalid one is the error.
+    pub fn start(
+        logger: slog::Logger,
+        addr: SocketAddr,
+        opts: &Options,
+        web_config: Option<&Path>,
+    ) -> Result<Exporter> {
+        let web = web_config
+            .map(|p| server::Watch::new(&logger, p.to_path_buf()))
+            .transpose()?;
         let shared = Arc::new(Shared {
             latest: Mutex::new(None),
             filters: Filters::new(opts)?,
@@ -133,13 +148,28 @@ impl Exporter {
         let listener = std::net::TcpListener::bind(addr)
             .with_context(|| format!("Failed to listen on {} for metrics", addr))?;
         let addr = listener.local_addr()?;
-        server::spawn(logger, listener, shared.clone())?;
-        Ok(Exporter { shared, addr })
+        // std listens with a backlog of 128: under a flood of connections
+        // the queue fills and a scraper's SYN is dropped, costing it a 1 s
+        // retransmit. Listening again on the socket only raises the limit
+        // (the kernel caps it at net.core.somaxconn).
+        // SAFETY: a listening socket we own; listen() takes no pointers.
+        unsafe {
+            libc::listen(std::os::fd::AsRawFd::as_raw_fd(&listener), 1024);
+        }
+        let tls = web.as_ref().is_some_and(|w| w.tls());
+        server::spawn(logger, listener, shared.clone(), web)?;
+        Ok(Exporter { shared, addr, tls })
     }
 
     /// The bound address (port 0 resolved).
     pub fn local_addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// The endpoint's URL as started (https with a TLS web config).
+    pub fn url(&self) -> String {
+        let scheme = if self.tls { "https" } else { "http" };
+        format!("{}://{}/metrics", scheme, self.addr)
     }
 
     /// Makes `sample`, taken at `time`, the one scrapes serve.
