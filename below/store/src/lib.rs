@@ -28,8 +28,10 @@ use slog::warn;
 use store::CompressionMode;
 use store::DataFrame;
 
+pub mod escape;
 mod failures;
 pub mod private;
+pub mod reader;
 pub mod snapshot;
 mod writer;
 

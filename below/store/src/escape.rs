@@ -1,0 +1,153 @@
+//! Names and command lines made safe to print: a cgroup name or an argv
+//! is chosen by whoever made it, and a terminal acts on the control
+//! characters in it (`ESC ]0;title BEL` retitles the window, `ESC [2J`
+//! clears it). Anything we print from a sample goes through here first.
+//!
+//! A string without control characters is left as it is. In one that has
+//! some, each control character (C0, DEL, C1) shows as `\xNN` (C1 as
+//! `\u{NN}`) and `\` as `\\`, the way the collector shows names that are
+//! not UTF-8: nothing is dropped, and the original can be read back.
+
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+use std::fmt::Write;
+
+use anyhow::Context;
+use anyhow::Result;
+use serde_cbor::Value;
+
+/// `s` with its control characters escaped (see the module's doc).
+pub fn for_terminal(s: &str) -> Cow<'_, str> {
+    if !s.chars().any(char::is_control) {
+        return Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(s.len() + 8);
+    for c in s.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            c if c.is_control() && (c as u32) < 0x80 => {
+                let _ = write!(out, "\\x{:02x}", c as u32);
+            }
+            c if c.is_control() => {
+                let _ = write!(out, "\\u{{{:x}}}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    Cow::Owned(out)
+}
+
+/// Every text string of a decoded CBOR value escaped in place, map keys
+/// included. Two keys that come out alike (`a<ESC>` escaped, and a name
+/// spelling out `a\x1b`) both stay: the later one gets `#2`, `#3`, ...
+pub fn value_for_terminal(v: &mut Value) {
+    match v {
+        Value::Text(s) => {
+            if let Cow::Owned(e) = for_terminal(s) {
+                *s = e;
+            }
+        }
+        Value::Array(a) => a.iter_mut().for_each(value_for_terminal),
+        Value::Tag(_, inner) => value_for_terminal(inner),
+        Value::Map(m) => {
+            let needs = m
+                .keys()
+                .any(|k| matches!(k, Value::Text(s) if s.chars().any(char::is_control)));
+            m.values_mut().for_each(value_for_terminal);
+            if needs {
+                let old = std::mem::take(m);
+                *m = escape_keys(old);
+            }
+        }
+        _ => {}
+    }
+}
+
+fn escape_keys(old: BTreeMap<Value, Value>) -> BTreeMap<Value, Value> {
+    let mut out = BTreeMap::new();
+    // Keys without control characters first: they keep their names.
+    let (plain, escaped): (Vec<_>, Vec<_>) = old
+        .into_iter()
+        .partition(|(k, _)| !matches!(k, Value::Text(s) if s.chars().any(char::is_control)));
+    out.extend(plain);
+    for (mut k, v) in escaped {
+        value_for_terminal(&mut k);
+        if out.contains_key(&k) {
+            if let Value::Text(s) = &k {
+                let base = s.clone();
+                k = (2..)
+                    .map(|n| Value::Text(format!("{base}#{n}")))
+                    .find(|k| !out.contains_key(k))
+                    .expect("an unused suffix");
+            }
+        }
+        out.insert(k, v);
+    }
+    out
+}
+
+/// A `DataFrame` decoded from CBOR with every string escaped.
+pub fn frame_from_cbor(bytes: &[u8]) -> Result<store::DataFrame> {
+    let mut v: Value = serde_cbor::from_slice(bytes).context("Malformed CBOR frame")?;
+    value_for_terminal(&mut v);
+    serde_cbor::value::from_value(v).context("CBOR frame is not a below sample")
+}
+
+/// A sample with every string escaped (for the live view, whose samples
+/// never go through a store).
+pub fn sample_for_terminal(sample: model::Sample) -> Result<model::Sample> {
+    let mut v = serde_cbor::value::to_value(&sample).context("Failed to encode a sample")?;
+    value_for_terminal(&mut v);
+    serde_cbor::value::from_value(v).context("Failed to decode an escaped sample")
+}
+
+/// Whether `s` holds anything a terminal would act on.
+pub fn has_control(s: &str) -> bool {
+    s.chars().any(char::is_control)
+}
+
+#[cfg(test)]
+mod test {
+    use super::*;
+
+    #[test]
+    fn control_characters_show_escaped_and_reversibly() {
+        assert_eq!(for_terminal("web.slice"), "web.slice");
+        assert!(matches!(for_terminal("a\\x2db"), Cow::Borrowed(_)));
+        assert_eq!(
+            for_terminal("\x1b]0;TITLE\x07\x1b[31m"),
+            "\\x1b]0;TITLE\\x07\\x1b[31m"
+        );
+        assert_eq!(for_terminal("a\\b\n"), "a\\\\b\\x0a");
+        assert_eq!(for_terminal("\u{9b}2J\u{7f}"), "\\u{9b}2J\\x7f");
+        assert_eq!(for_terminal("caf\u{e9}\t"), "caf\u{e9}\\x09");
+        for s in ["\x1b[2J", "a\\x1b\x1b", "\u{85}x"] {
+            assert!(!has_control(&for_terminal(s)), "{s:?}");
+        }
+    }
+
+    #[test]
+    fn names_and_argv_of_a_sample_are_escaped() {
+        let mut sample = model::Sample::default();
+        let mut child = model::CgroupSample::default();
+        child.memory_current = Some(1);
+        let mut children = BTreeMap::new();
+        children.insert("evil\x1b]0;TITLE\x07".to_string(), child.clone());
+        // Spells out what the escaped name becomes: both must stay.
+        children.insert("evil\\x1b]0;TITLE\\x07".to_string(), child);
+        sample.cgroup.children = Some(children);
+        let mut pid = procfs::PidInfo::default();
+        pid.cmdline_vec = Some(vec!["sh".into(), "\x1b]0;x\x07\x1b[2J".into()]);
+        pid.stat.comm = Some("a\x1b[31m".into());
+        sample.processes.insert(7, pid);
+        let s = sample_for_terminal(sample).unwrap();
+        let names: Vec<&String> = s.cgroup.children.as_ref().unwrap().keys().collect();
+        assert_eq!(
+            names,
+            ["evil\\x1b]0;TITLE\\x07", "evil\\x1b]0;TITLE\\x07#2"]
+        );
+        let p = &s.processes[&7];
+        assert_eq!(p.cmdline_vec.as_ref().unwrap()[1], "\\x1b]0;x\\x07\\x1b[2J");
+        assert_eq!(p.stat.comm.as_deref(), Some("a\\x1b[31m"));
+    }
+}
