@@ -33,6 +33,7 @@ mod failures;
 pub mod private;
 pub mod reader;
 pub mod snapshot;
+pub mod tmp;
 mod writer;
 
 use writer::Writer;
