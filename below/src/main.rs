@@ -409,19 +409,25 @@ fn backends(cfg: &Config, now: bool, json: bool) -> Result<()> {
     Ok(())
 }
 
-/// The store to read history from: the configured one, or a snapshot's,
-/// unpacked into a temporary directory that lives as long as the guard.
+/// History for below's view and dump: the samples of the configured store,
+/// or of a snapshot, in `[begin, end]`, read by our reader and rewritten to
+/// a temporary store that lives as long as the guard (see
+/// `bstats_store::clean`: below's reader never sees a hostile file, nor
+/// below's printing a control character).
 fn history_source(
+    logger: &slog::Logger,
     store_dir: PathBuf,
     snapshot: Option<PathBuf>,
-) -> Result<(PathBuf, Option<bstats_store::snapshot::Unpacked>)> {
+    begin: SystemTime,
+    end: SystemTime,
+) -> Result<bstats_store::clean::Clean> {
     let unpacked = snapshot
         .map(|s| bstats_store::snapshot::open(&s))
         .transpose()?;
     let dir = unpacked
         .as_ref()
         .map_or(store_dir, |s| s.store_dir().to_path_buf());
-    Ok((dir, unpacked))
+    bstats_store::clean::rewrite(logger, &dir, begin, end)
 }
 
 fn run(opt: Opt) -> Result<()> {
@@ -482,9 +488,20 @@ fn run(opt: Opt) -> Result<()> {
             snapshot,
         } => {
             remote.refuse()?;
-            let (dir, _unpacked) = history_source(store_dir, snapshot)?;
+            let ts = below_common::cliutil::system_time_from_date_and_adjuster(
+                &time,
+                yesterdays.as_deref(),
+            )?;
+            let (begin, end) = history::replay_range(ts);
+            let history =
+                history_source(&stderr_logger(cfg.debug), store_dir, snapshot, begin, end)?;
             let logger = tui_logger(&cfg.below.log_dir, cfg.debug)?;
-            bstats_view::run_replay(logger, dir, &time, yesterdays.as_deref())
+            bstats_view::run_replay(
+                logger,
+                history.store_dir().to_path_buf(),
+                &time,
+                yesterdays.as_deref(),
+            )
         }
         Command::Debug { cmd } => history::debug(&stderr_logger(cfg.debug), store_dir, cmd),
         Command::Dump {
@@ -492,18 +509,26 @@ fn run(opt: Opt) -> Result<()> {
             snapshot,
             cmd,
         } => {
-            let (dir, _unpacked) = history_source(store_dir, snapshot)?;
-            let (_errs_tx, errs) = std::sync::mpsc::channel();
+            let logger = stderr_logger(cfg.debug);
             // below-dump refuses a host itself, as in below.
-            below_dump::run(
-                stderr_logger(cfg.debug),
-                errs,
-                dir,
-                remote.host,
-                remote.port,
-                None,
-                *cmd,
-            )
+            let history = match remote.host {
+                Some(_) => None,
+                None => {
+                    let (begin, end) = history::dump_range(&cmd)?;
+                    Some(history_source(
+                        &logger,
+                        store_dir.clone(),
+                        snapshot,
+                        begin,
+                        end,
+                    )?)
+                }
+            };
+            let dir = history
+                .as_ref()
+                .map_or(store_dir, |h| h.store_dir().to_path_buf());
+            let (_errs_tx, errs) = std::sync::mpsc::channel();
+            below_dump::run(logger, errs, dir, remote.host, remote.port, None, *cmd)
         }
         Command::Snapshot {
             range,

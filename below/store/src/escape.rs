@@ -129,15 +129,19 @@ mod test {
     #[test]
     fn names_and_argv_of_a_sample_are_escaped() {
         let mut sample = model::Sample::default();
-        let mut child = model::CgroupSample::default();
-        child.memory_current = Some(1);
+        let child = model::CgroupSample {
+            memory_current: Some(1),
+            ..Default::default()
+        };
         let mut children = BTreeMap::new();
         children.insert("evil\x1b]0;TITLE\x07".to_string(), child.clone());
         // Spells out what the escaped name becomes: both must stay.
         children.insert("evil\\x1b]0;TITLE\\x07".to_string(), child);
         sample.cgroup.children = Some(children);
-        let mut pid = procfs::PidInfo::default();
-        pid.cmdline_vec = Some(vec!["sh".into(), "\x1b]0;x\x07\x1b[2J".into()]);
+        let mut pid = procfs::PidInfo {
+            cmdline_vec: Some(vec!["sh".into(), "\x1b]0;x\x07\x1b[2J".into()]),
+            ..Default::default()
+        };
         pid.stat.comm = Some("a\x1b[31m".into());
         sample.processes.insert(7, pid);
         let s = sample_for_terminal(sample).unwrap();

@@ -28,6 +28,7 @@ use slog::warn;
 use store::CompressionMode;
 use store::DataFrame;
 
+pub mod clean;
 pub mod escape;
 mod failures;
 pub mod private;
@@ -37,6 +38,9 @@ pub mod tmp;
 mod writer;
 
 use writer::Writer;
+
+/// The checksum of index entries and frames (for tests that craft stores).
+pub use writer::crc32;
 
 pub use failures::FailureKind;
 pub use failures::FailureLog;

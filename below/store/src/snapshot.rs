@@ -87,7 +87,7 @@ pub fn create(
 ) -> Result<(u64, PathBuf)> {
     let tmp = crate::tmp::private_tempdir(&format!("{}.", default_name(begin, end)))
         .context("Failed to create a temporary directory for the snapshot")?;
-    let mut from = store::LocalStore::new(logger.clone(), store_dir.to_path_buf());
+    let mut from = crate::reader::SafeStore::new(logger.clone(), store_dir.to_path_buf(), false);
     let n = copy_frames(
         logger,
         &mut from,
@@ -407,9 +407,12 @@ mod test {
         assert_eq!(frames(u.store_dir()).len(), 2);
     }
 
+    /// A crafted tar entry: name, type, mode, data.
+    type Crafted<'a> = (&'a str, tar::EntryType, u32, &'a [u8]);
+
     /// A tar with entries written as given: `(name, type, mode, data)`,
     /// the name raw (`..` included, which tar's builder refuses).
-    fn crafted_tar(path: &Path, entries: &[(&str, tar::EntryType, u32, &[u8])]) {
+    fn crafted_tar(path: &Path, entries: &[Crafted]) {
         let mut b = tar::Builder::new(File::create(path).unwrap());
         for (name, kind, mode, data) in entries {
             let mut h = tar::Header::new_gnu();
@@ -449,7 +452,7 @@ mod test {
         use tar::EntryType as T;
         let d = tempfile::tempdir().unwrap();
         let p = d.path().join("snap");
-        let cases: &[(&[(&str, T, u32, &[u8])], &str)] = &[
+        let cases: &[(&[Crafted], &str)] = &[
             (
                 &[("store", T::Symlink, 0o777, b"")],
                 "entry store is not a regular file",
@@ -511,7 +514,7 @@ mod test {
             let e = refused(&p, Limits::default());
             assert!(e.contains(want), "{entries:?}: {e}");
         }
-        let four: &[(&str, T, u32, &[u8])] = &[
+        let four: &[Crafted] = &[
             ("store/a", T::Regular, 0o644, b"0123"),
             ("store/b", T::Regular, 0o644, b"0123"),
         ];
