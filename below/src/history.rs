@@ -49,18 +49,22 @@ impl TimeRange {
     }
 }
 
-/// How much history `replay` reads around its start: below's view moves
-/// through samples one at a time or by a few minutes, and each sample of
-/// the window is read and rewritten before the view starts.
-pub const REPLAY_BEFORE: Duration = Duration::from_secs(60 * 60);
-pub const REPLAY_AFTER: Duration = Duration::from_secs(6 * 60 * 60);
+/// How much history `replay` reads around its start (see
+/// `bstats_store::clean`): each sample is read and rewritten, a few ms
+/// each, so the view starts with 10 minutes either side and the next 12
+/// hours follow in the background.
+pub const REPLAY_BEFORE: Duration = Duration::from_secs(10 * 60);
+pub const REPLAY_FIRST: Duration = Duration::from_secs(10 * 60);
+pub const REPLAY_FOLLOW: Duration = Duration::from_secs(12 * 60 * 60);
 
-/// The samples `replay` starting at `ts` can move to.
-pub fn replay_range(ts: SystemTime) -> (SystemTime, SystemTime) {
+/// The samples `replay` starting at `ts` reads first, and up to when it
+/// goes on reading.
+pub fn replay_range(ts: SystemTime) -> (SystemTime, SystemTime, SystemTime) {
     (
         ts.checked_sub(REPLAY_BEFORE)
             .unwrap_or(SystemTime::UNIX_EPOCH),
-        ts + REPLAY_AFTER,
+        ts + REPLAY_FIRST,
+        ts + REPLAY_FOLLOW,
     )
 }
 

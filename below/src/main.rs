@@ -413,21 +413,34 @@ fn backends(cfg: &Config, now: bool, json: bool) -> Result<()> {
 /// or of a snapshot, in `[begin, end]`, read by our reader and rewritten to
 /// a temporary store that lives as long as the guard (see
 /// `bstats_store::clean`: below's reader never sees a hostile file, nor
-/// below's printing a control character).
+/// below's printing a control character). With `follow` (the view), the
+/// samples after `end` up to its time are added in the background.
 fn history_source(
     logger: &slog::Logger,
     store_dir: PathBuf,
     snapshot: Option<PathBuf>,
-    begin: SystemTime,
-    end: SystemTime,
+    (begin, end): (SystemTime, SystemTime),
+    follow: Option<(SystemTime, slog::Logger)>,
 ) -> Result<bstats_store::clean::Clean> {
-    let unpacked = snapshot
-        .map(|s| bstats_store::snapshot::open(&s))
-        .transpose()?;
-    let dir = unpacked
-        .as_ref()
-        .map_or(store_dir, |s| s.store_dir().to_path_buf());
-    bstats_store::clean::rewrite(logger, &dir, begin, end)
+    let Some(snapshot) = snapshot else {
+        return match follow {
+            None => bstats_store::clean::rewrite(logger, &store_dir, begin, end),
+            Some((more, bg)) => {
+                bstats_store::clean::rewrite_and_follow(logger, &store_dir, begin, end, more, bg)
+            }
+        };
+    };
+    // A snapshot is small: the view gets all of it at once. The unpacked
+    // copy is removed once rewritten.
+    let unpacked = bstats_store::snapshot::open(&snapshot)?;
+    let (begin, end) = match follow {
+        Some(_) => (
+            SystemTime::UNIX_EPOCH,
+            SystemTime::now() + Duration::from_secs(86400 * 365 * 100),
+        ),
+        None => (begin, end),
+    };
+    bstats_store::clean::rewrite(logger, unpacked.store_dir(), begin, end)
 }
 
 fn run(opt: Opt) -> Result<()> {
@@ -476,7 +489,8 @@ fn run(opt: Opt) -> Result<()> {
                 Ok(move || {
                     // Keeps exitstats running as long as the view samples.
                     let _running = &exits;
-                    c.collect_and_update_model()
+                    // Names and command lines reach the terminal escaped.
+                    c.collect_and_update_model_as(bstats_store::escape::sample_for_terminal)
                 })
             })
         }
@@ -492,10 +506,15 @@ fn run(opt: Opt) -> Result<()> {
                 &time,
                 yesterdays.as_deref(),
             )?;
-            let (begin, end) = history::replay_range(ts);
-            let history =
-                history_source(&stderr_logger(cfg.debug), store_dir, snapshot, begin, end)?;
+            let (begin, end, more) = history::replay_range(ts);
             let logger = tui_logger(&cfg.below.log_dir, cfg.debug)?;
+            let history = history_source(
+                &stderr_logger(cfg.debug),
+                store_dir,
+                snapshot,
+                (begin, end),
+                Some((more, logger.clone())),
+            )?;
             bstats_view::run_replay(
                 logger,
                 history.store_dir().to_path_buf(),
@@ -519,8 +538,8 @@ fn run(opt: Opt) -> Result<()> {
                         &logger,
                         store_dir.clone(),
                         snapshot,
-                        begin,
-                        end,
+                        (begin, end),
+                        None,
                     )?)
                 }
             };

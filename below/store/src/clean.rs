@@ -70,6 +70,34 @@ pub fn rewrite(
     })
 }
 
+/// [`rewrite`] of `[begin, end]`, then, in the background while below's
+/// view reads the result, of what follows up to `more`: below-store's
+/// cursor sees frames appended to a shard it reads. (Frames are only ever
+/// appended: history before `begin` cannot be added later.)
+pub fn rewrite_and_follow(
+    logger: &slog::Logger,
+    from: &Path,
+    begin: SystemTime,
+    end: SystemTime,
+    more: SystemTime,
+    background_logger: slog::Logger,
+) -> Result<Clean> {
+    let clean = rewrite(logger, from, begin, end)?;
+    let (from, dir) = (from.to_path_buf(), clean.dir.clone());
+    std::thread::Builder::new()
+        .name("history_rewrite".into())
+        .spawn(move || {
+            let l = background_logger;
+            let mut src = SafeStore::new(l.clone(), from, true);
+            let next = end + Duration::from_secs(1);
+            if let Err(e) = copy_frames(&l, &mut src, &dir, CompressionMode::Zstd, next, more) {
+                slog::warn!(l, "History after the first part not read: {:#}", e);
+            }
+        })
+        .context("Failed to start reading history in the background")?;
+    Ok(clean)
+}
+
 #[cfg(test)]
 mod test {
     use super::*;

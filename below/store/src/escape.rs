@@ -86,8 +86,67 @@ fn escape_keys(old: BTreeMap<Value, Value>) -> BTreeMap<Value, Value> {
     out
 }
 
+/// Whether a CBOR item holds a text string with a control character:
+/// a walk over the encoding, without decoding it. True when unsure
+/// (indefinite lengths, which serde_cbor does not write, or truncated
+/// input): the caller then takes the slow, always right, way.
+pub fn cbor_has_control(bytes: &[u8]) -> bool {
+    let mut at = 0usize;
+    // Items still to read: one at the top.
+    let mut pending: u64 = 1;
+    while pending > 0 {
+        pending -= 1;
+        let Some(&head) = bytes.get(at) else {
+            return true;
+        };
+        at += 1;
+        let (major, info) = (head >> 5, head & 0x1f);
+        let arg = match info {
+            0..=23 => u64::from(info),
+            24..=27 => {
+                let n = 1usize << (info - 24);
+                let Some(b) = bytes.get(at..at + n) else {
+                    return true;
+                };
+                at += n;
+                b.iter().fold(0u64, |a, b| a << 8 | u64::from(*b))
+            }
+            _ => return true,
+        };
+        match major {
+            0 | 1 | 7 => {}
+            2 | 3 => {
+                let Some(s) = usize::try_from(arg)
+                    .ok()
+                    .and_then(|n| bytes.get(at..at.checked_add(n)?))
+                else {
+                    return true;
+                };
+                at += s.len();
+                if major == 3 && text_has_control(s) {
+                    return true;
+                }
+            }
+            4 => pending = pending.saturating_add(arg),
+            5 => pending = pending.saturating_add(arg.saturating_mul(2)),
+            _ => pending = pending.saturating_add(1),
+        }
+    }
+    false
+}
+
+/// C0 and DEL bytes, and C1 characters in UTF-8 (`C2 80`..`C2 9F`).
+fn text_has_control(s: &[u8]) -> bool {
+    s.iter().any(|b| *b < 0x20 || *b == 0x7f)
+        || s.windows(2)
+            .any(|w| w[0] == 0xc2 && (0x80..0xa0).contains(&w[1]))
+}
+
 /// A `DataFrame` decoded from CBOR with every string escaped.
 pub fn frame_from_cbor(bytes: &[u8]) -> Result<store::DataFrame> {
+    if !cbor_has_control(bytes) {
+        return serde_cbor::from_slice(bytes).context("Malformed CBOR frame");
+    }
     let mut v: Value = serde_cbor::from_slice(bytes).context("Malformed CBOR frame")?;
     value_for_terminal(&mut v);
     serde_cbor::value::from_value(v).context("CBOR frame is not a below sample")
@@ -96,7 +155,11 @@ pub fn frame_from_cbor(bytes: &[u8]) -> Result<store::DataFrame> {
 /// A sample with every string escaped (for the live view, whose samples
 /// never go through a store).
 pub fn sample_for_terminal(sample: model::Sample) -> Result<model::Sample> {
-    let mut v = serde_cbor::value::to_value(&sample).context("Failed to encode a sample")?;
+    let bytes = serde_cbor::to_vec(&sample).context("Failed to encode a sample")?;
+    if !cbor_has_control(&bytes) {
+        return Ok(sample);
+    }
+    let mut v: Value = serde_cbor::from_slice(&bytes).context("Failed to decode a sample")?;
     value_for_terminal(&mut v);
     serde_cbor::value::from_value(v).context("Failed to decode an escaped sample")
 }
@@ -124,6 +187,31 @@ mod test {
         for s in ["\x1b[2J", "a\\x1b\x1b", "\u{85}x"] {
             assert!(!has_control(&for_terminal(s)), "{s:?}");
         }
+    }
+
+    #[test]
+    fn control_characters_found_in_cbor_text_only() {
+        let enc = |v: &Value| serde_cbor::to_vec(v).unwrap();
+        let text = |s: &str| Value::Text(s.into());
+        // 0x1b and 0x07 as numbers and bytes are not text.
+        let plain = Value::Array(vec![
+            Value::Integer(0x1b),
+            Value::Integer(1 << 40),
+            Value::Bytes(vec![0x1b, 0x07]),
+            Value::Map([(text("k"), Value::Float(1.5))].into()),
+            text("caf\u{e9}"),
+        ]);
+        assert!(!cbor_has_control(&enc(&plain)));
+        for bad in ["a\x1b", "\u{9b}", "\x7f", "tab\t"] {
+            let v = Value::Array(vec![Value::Integer(1), text(bad)]);
+            assert!(cbor_has_control(&enc(&v)), "{bad:?}");
+            let v = Value::Map([(text(bad), Value::Null)].into());
+            assert!(cbor_has_control(&enc(&v)), "key {bad:?}");
+        }
+        // Unsure is true: cut short, indefinite length.
+        let cut = enc(&plain);
+        assert!(cbor_has_control(&cut[..cut.len() - 1]));
+        assert!(cbor_has_control(&[0x9f, 0xff]));
     }
 
     #[test]
