@@ -393,18 +393,24 @@ fn backends(cfg: &Config, now: bool, json: bool) -> Result<()> {
         println!("{}", serde_json::to_string_pretty(&recs)?);
         return Ok(());
     }
+    // The records are a file in the store: what they hold reaches the
+    // terminal escaped, line by line.
+    let mut out = String::new();
     for r in recs {
         let since = SystemTime::UNIX_EPOCH + Duration::from_secs(r.since);
-        println!(
-            "recording since {} (kernel {}, cgroup root {}):",
+        out += &format!(
+            "recording since {} (kernel {}, cgroup root {}):\n",
             humantime::format_rfc3339_seconds(since),
             r.kernel,
             r.cgroup_root.display()
         );
-        print!("{}", r.plan);
+        out += &r.plan.to_string();
         if let Some(p) = &r.processes {
-            println!("processes: {p}");
+            out += &format!("processes: {p}\n");
         }
+    }
+    for line in out.lines() {
+        println!("{}", bstats_store::escape::for_terminal(line));
     }
     Ok(())
 }

@@ -434,3 +434,35 @@ fn temporary_directories_go_however_dump_ends() {
         );
     }
 }
+
+/// `backends` prints records read from a file in the store: a kernel
+/// release and a cgroup root planted with escape sequences are printed
+/// escaped.
+#[test]
+fn backends_prints_records_escaped() {
+    let env = Env::new();
+    let plan = bstats_collector::Plan::choose(
+        bstats_collector::BackendChoice::Read,
+        &Err("no\x1b[2J bpf".into()),
+        &Err("y".into()),
+    )
+    .unwrap();
+    fs::create_dir_all(env.store()).unwrap();
+    bstats_store::append_backend_record(
+        &env.store(),
+        &bstats_store::BackendRecord {
+            since: 1,
+            kernel: format!("7.3{TITLE}"),
+            cgroup_root: PathBuf::from(format!("/sys/fs/cgroup{ARGV}")),
+            plan,
+            processes: None,
+        },
+    )
+    .unwrap();
+    let out = env.run(&["backends"]);
+    let bad = control_bytes(&out.stdout);
+    assert!(bad.is_empty(), "backends printed {bad:?}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("kernel 7.3\\x1b]0;TITLE\\x07"), "{text}");
+    assert!(text.contains("/sys/fs/cgroup\\x1b]0;pwned"), "{text}");
+}
