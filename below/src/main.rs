@@ -514,6 +514,7 @@ fn run(opt: Opt) -> Result<()> {
             )?;
             let (begin, end, more) = history::replay_range(ts);
             let logger = tui_logger(&cfg.below.log_dir, cfg.debug)?;
+            let source = snapshot.clone().unwrap_or_else(|| store_dir.clone());
             let history = history_source(
                 &stderr_logger(cfg.debug),
                 store_dir,
@@ -524,6 +525,7 @@ fn run(opt: Opt) -> Result<()> {
             bstats_view::run_replay(
                 logger,
                 history.store_dir().to_path_buf(),
+                &source,
                 &time,
                 yesterdays.as_deref(),
             )
