@@ -40,8 +40,9 @@ pub fn copy_frames(
     begin: SystemTime,
     end: SystemTime,
 ) -> Result<u64> {
-    let mut writer = Writer::new(logger.clone(), to, mode, SystemTime::now())
-        .with_context(|| format!("Failed to open store {}", to.display()))?;
+    // Opened at the first frame's time: opened now, it would also make
+    // today's shard, empty, which below's reader warns about.
+    let mut writer: Option<Writer> = None;
     let mut t = begin;
     let mut n = 0;
     while t <= end {
@@ -51,12 +52,21 @@ pub fn copy_frames(
         if ts > end {
             break;
         }
-        writer
-            .put(ts, &frame)
+        let w = match &mut writer {
+            Some(w) => w,
+            None => writer.insert(
+                Writer::new(logger.clone(), to, mode, ts)
+                    .with_context(|| format!("Failed to open store {}", to.display()))?,
+            ),
+        };
+        w.put(ts, &frame)
             .with_context(|| format!("Failed to write to {}", to.display()))?;
         n += 1;
         // The store's resolution is one second.
         t = ts + Duration::from_secs(1);
+    }
+    if writer.is_none() {
+        private::create_dir_all(to)?;
     }
     Ok(n)
 }
