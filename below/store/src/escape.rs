@@ -47,6 +47,13 @@ pub fn value_for_terminal(v: &mut Value) {
                 *s = e;
             }
         }
+        // A byte string becomes a String field if it is UTF-8 (serde's
+        // String visitor takes bytes): escaped as text, kept as bytes.
+        Value::Bytes(b) => {
+            if let Ok(Cow::Owned(e)) = std::str::from_utf8(b).map(for_terminal) {
+                *b = e.into_bytes();
+            }
+        }
         Value::Array(a) => a.iter_mut().for_each(value_for_terminal),
         Value::Tag(_, inner) => value_for_terminal(inner),
         Value::Map(m) => {
@@ -123,7 +130,9 @@ pub fn cbor_has_control(bytes: &[u8]) -> bool {
                     return true;
                 };
                 at += s.len();
-                if major == 3 && text_has_control(s) {
+                // Byte strings too: serde reads one into a String field
+                // when it is UTF-8.
+                if text_has_control(s) {
                     return true;
                 }
             }
@@ -190,14 +199,15 @@ mod test {
     }
 
     #[test]
-    fn control_characters_found_in_cbor_text_only() {
+    fn control_characters_found_in_cbor_strings_only() {
         let enc = |v: &Value| serde_cbor::to_vec(v).unwrap();
         let text = |s: &str| Value::Text(s.into());
-        // 0x1b and 0x07 as numbers and bytes are not text.
+        // 0x1b and 0x07 as numbers are not strings.
         let plain = Value::Array(vec![
             Value::Integer(0x1b),
             Value::Integer(1 << 40),
-            Value::Bytes(vec![0x1b, 0x07]),
+            Value::Integer(0x07),
+            Value::Bytes(b"ok".to_vec()),
             Value::Map([(text("k"), Value::Float(1.5))].into()),
             text("caf\u{e9}"),
         ]);
@@ -208,10 +218,38 @@ mod test {
             let v = Value::Map([(text(bad), Value::Null)].into());
             assert!(cbor_has_control(&enc(&v)), "key {bad:?}");
         }
+        assert!(cbor_has_control(&enc(&Value::Bytes(vec![0x1b]))));
         // Unsure is true: cut short, indefinite length.
         let cut = enc(&plain);
         assert!(cbor_has_control(&cut[..cut.len() - 1]));
         assert!(cbor_has_control(&[0x9f, 0xff]));
+    }
+
+    /// A command line stored as a CBOR byte string (a hostile store can):
+    /// serde reads it into the String field, so it is escaped too (found
+    /// by store-fuzz).
+    #[test]
+    fn a_name_as_a_byte_string_is_escaped() {
+        let mut sample = model::Sample::default();
+        let pid = procfs::PidInfo {
+            exe_path: Some("\x1b[2J".into()),
+            ..Default::default()
+        };
+        sample.processes.insert(7, pid);
+        let mut v = serde_cbor::value::to_value(store::DataFrame { sample }).unwrap();
+        fn to_bytes(v: &mut Value) {
+            match v {
+                Value::Text(s) if s.contains('\x1b') => *v = Value::Bytes(s.clone().into_bytes()),
+                Value::Array(a) => a.iter_mut().for_each(to_bytes),
+                Value::Map(m) => m.values_mut().for_each(to_bytes),
+                _ => {}
+            }
+        }
+        to_bytes(&mut v);
+        let bytes = serde_cbor::to_vec(&v).unwrap();
+        assert!(cbor_has_control(&bytes));
+        let f = frame_from_cbor(&bytes).unwrap();
+        assert_eq!(f.sample.processes[&7].exe_path.as_deref(), Some("\\x1b[2J"));
     }
 
     #[test]

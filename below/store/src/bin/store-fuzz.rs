@@ -1,6 +1,7 @@
 //! Fuzzing of the store reader's decoder (`reader::decode_shard`: index
 //! entries, frames, zstd with and without dictionaries, CBOR, escaping):
-//! `store-fuzz [--seconds N] [--seed N] [--crashes DIR]`.
+//! `store-fuzz [--seconds N] [--seed N] [--crashes DIR]`; `store-fuzz
+//! --replay DIR/crash-N` checks a saved input again.
 //!
 //! Coverage-guided fuzzers need a nightly compiler or an instrumented
 //! rebuild of every dependency; this runs on stable with the build we
@@ -269,6 +270,24 @@ fn control_in(v: &Value) -> Option<String> {
     }
 }
 
+/// Why `s` fails the fuzz target's properties, if it does.
+fn check(s: &Shard, st: &mut Stats) -> Option<String> {
+    match std::panic::catch_unwind(|| decode_shard(&s.index, &s.data)) {
+        Err(_) => Some("panic".to_string()),
+        Ok(frames) => frames.iter().find_map(|f| match f {
+            Ok((_, frame)) => {
+                st.samples += 1;
+                let v = serde_cbor::value::to_value(frame).expect("encodes");
+                control_in(&v).map(|c| format!("control character left in {c:?}"))
+            }
+            Err(_) => {
+                st.errors += 1;
+                None
+            }
+        }),
+    }
+}
+
 #[derive(Default)]
 struct Stats {
     iterations: u64,
@@ -284,6 +303,7 @@ fn main() {
         .map_or(1, |d| d.as_nanos() as u64)
         | 1;
     let mut crashes_dir: Option<PathBuf> = None;
+    let mut replay: Option<String> = None;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         let mut value = || args.next().expect("a value after the flag");
@@ -291,11 +311,28 @@ fn main() {
             "--seconds" => seconds = value().parse().expect("seconds"),
             "--seed" => seed = value().parse::<u64>().expect("seed") | 1,
             "--crashes" => crashes_dir = Some(value().into()),
+            "--replay" => replay = Some(value()),
             _ => {
                 eprintln!("usage: store-fuzz [--seconds N] [--seed N] [--crashes DIR]");
                 std::process::exit(2);
             }
         }
+    }
+    if let Some(base) = replay {
+        let read = |ext: &str| std::fs::read(format!("{base}.{ext}")).expect("a saved input");
+        let s = Shard {
+            index: read("index"),
+            data: read("data"),
+        };
+        let mut st = Stats::default();
+        match check(&s, &mut st) {
+            Some(why) => {
+                println!("store-fuzz: {base}: {why}");
+                std::process::exit(1);
+            }
+            None => println!("store-fuzz: {base}: ok ({} samples)", st.samples),
+        }
+        return;
     }
     // Failures are counted and saved, not printed per panic.
     std::panic::set_hook(Box::new(|_| {}));
@@ -313,22 +350,7 @@ fn main() {
                 fix_checksums(&mut s);
             }
             st.iterations += 1;
-            let result = std::panic::catch_unwind(|| decode_shard(&s.index, &s.data));
-            let failure = match result {
-                Err(_) => Some("panic".to_string()),
-                Ok(frames) => frames.iter().find_map(|f| match f {
-                    Ok((_, frame)) => {
-                        st.samples += 1;
-                        let v = serde_cbor::value::to_value(frame).expect("encodes");
-                        control_in(&v).map(|c| format!("control character left in {c:?}"))
-                    }
-                    Err(_) => {
-                        st.errors += 1;
-                        None
-                    }
-                }),
-            };
-            if let Some(why) = failure {
+            if let Some(why) = check(&s, &mut st) {
                 st.crashes += 1;
                 eprintln!("store-fuzz: failure ({why}) at iteration {}", st.iterations);
                 if let Some(dir) = &crashes_dir {
