@@ -6,7 +6,8 @@
 # an allocation the reader should have refused aborts the run instead of
 # passing. Fails on any panic, abort or control character left in a
 # decoded sample; failing inputs are kept in $FUZZ_CRASHES (default: a
-# directory named in the log).
+# directory named in the log), and `store-fuzz --replay DIR/crash-N`
+# checks one again.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 LOG_TAG=fuzz
