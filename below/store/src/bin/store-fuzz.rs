@@ -203,7 +203,7 @@ fn mutate(r: &mut Rng, s: &mut Shard) {
         8 => {
             let off = get_u64(&s.index, e + 8) as usize;
             let size = interesting(r);
-            if let Some(b) = s.data.get_mut(off..off + 13) {
+            if let Some(b) = off.checked_add(13).and_then(|end| s.data.get_mut(off..end)) {
                 b[..5].copy_from_slice(&[0x28, 0xb5, 0x2f, 0xfd, 0xe0]);
                 b[5..13].copy_from_slice(&size.to_le_bytes());
             }
