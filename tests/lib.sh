@@ -80,8 +80,8 @@ LOCKWAIT_BIN=$TARGET_DIR/release/cgroup-lock-wait
 # x exports BSTATS_RELEASE_BUILT after building, and suites skip it.
 build_release() {
   [ -z "${BSTATS_RELEASE_BUILT:-}" ] || return 0
-  log "building release binaries (below, bstats-check, cgroup-bench, cgroup-lock-wait)"
-  (cd "$REPO_ROOT" && cargo build --release --locked -q -p bstats-below -p bstats-testkit -p bstats-bench) || return 1
+  log "building release binaries (below, bstats-check, cgroup-bench, cgroup-lock-wait, store-fuzz)"
+  (cd "$REPO_ROOT" && cargo build --release --locked -q -p bstats-below -p bstats-testkit -p bstats-bench -p bstats-store) || return 1
   export BSTATS_RELEASE_BUILT=1
 }
 

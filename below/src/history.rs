@@ -3,12 +3,15 @@
 //! and below's refusal of remote hosts.
 
 use std::path::PathBuf;
+use std::time::Duration;
 use std::time::SystemTime;
 
 use anyhow::bail;
 use anyhow::Context;
 use anyhow::Result;
 use below_common::cliutil;
+use below_dump::command::DumpCommand;
+use store::Store;
 
 use crate::record::CompressOpts;
 
@@ -44,6 +47,53 @@ impl TimeRange {
         }
         Ok((begin, end))
     }
+}
+
+/// How much history `replay` reads around its start (see
+/// `bstats_store::clean`): each sample is read and rewritten, a few ms
+/// each, so the view starts with 10 minutes either side and the next 12
+/// hours follow in the background.
+pub const REPLAY_BEFORE: Duration = Duration::from_secs(10 * 60);
+pub const REPLAY_FIRST: Duration = Duration::from_secs(10 * 60);
+pub const REPLAY_FOLLOW: Duration = Duration::from_secs(12 * 60 * 60);
+
+/// The samples `replay` starting at `ts` reads first, and up to when it
+/// goes on reading.
+pub fn replay_range(ts: SystemTime) -> (SystemTime, SystemTime, SystemTime) {
+    (
+        ts.checked_sub(REPLAY_BEFORE)
+            .unwrap_or(SystemTime::UNIX_EPOCH),
+        ts + REPLAY_FIRST,
+        ts + REPLAY_FOLLOW,
+    )
+}
+
+/// The time range of a `dump` command, as below-dump reads it.
+pub fn dump_range(cmd: &DumpCommand) -> Result<(SystemTime, SystemTime)> {
+    use DumpCommand as D;
+    let opts = match cmd {
+        D::System { opts, .. }
+        | D::Disk { opts, .. }
+        | D::Btrfs { opts, .. }
+        | D::Process { opts, .. }
+        | D::Cgroup { opts, .. }
+        | D::Iface { opts, .. }
+        | D::Network { opts, .. }
+        | D::Transport { opts, .. }
+        | D::EthtoolQueue { opts, .. }
+        | D::Tc { opts, .. } => opts,
+    };
+    // below's parser panics on a bad duration: check it first.
+    if let Some(d) = &opts.duration {
+        d.parse::<humantime::Duration>()
+            .with_context(|| format!("Invalid --duration {:?}", d))?;
+    }
+    cliutil::system_time_range_from_date_and_adjuster(
+        &opts.begin,
+        opts.end.as_deref(),
+        opts.duration.as_deref(),
+        opts.yesterdays.as_deref(),
+    )
 }
 
 /// below's remote flags (`-s/--host`, `--port`).
@@ -103,8 +153,10 @@ pub fn debug(logger: &slog::Logger, store_dir: PathBuf, cmd: DebugCommand) -> Re
     match cmd {
         DebugCommand::DumpStore { time, json } => {
             let t = cliutil::system_time_from_date(&time)?;
-            let Some((ts, frame)) =
-                store::read_next_sample(&store_dir, t, store::Direction::Forward, logger.clone())?
+            // Our reader: strings keep their bytes (JSON and {:#?} escape
+            // control characters themselves).
+            let mut from = bstats_store::reader::SafeStore::new(logger.clone(), store_dir, false);
+            let Some((ts, frame)) = from.get_sample_at_timestamp(t, store::Direction::Forward)?
             else {
                 bail!("Data not found for requested timestamp");
             };
@@ -133,7 +185,7 @@ pub fn debug(logger: &slog::Logger, store_dir: PathBuf, cmd: DebugCommand) -> Re
             let from = from_store_dir.unwrap_or(store_dir);
             let n = bstats_store::snapshot::copy_frames(
                 logger,
-                &mut store::LocalStore::new(logger.clone(), from.clone()),
+                &mut bstats_store::reader::SafeStore::new(logger.clone(), from.clone(), false),
                 &to_store_dir,
                 compress_opts.mode()?,
                 begin,

@@ -418,35 +418,60 @@ fn backends(cfg: &Config, now: bool, json: bool) -> Result<()> {
         println!("{}", serde_json::to_string_pretty(&recs)?);
         return Ok(());
     }
+    // The records are a file in the store: what they hold reaches the
+    // terminal escaped, line by line.
+    let mut out = String::new();
     for r in recs {
         let since = SystemTime::UNIX_EPOCH + Duration::from_secs(r.since);
-        println!(
-            "recording since {} (kernel {}, cgroup root {}):",
+        out += &format!(
+            "recording since {} (kernel {}, cgroup root {}):\n",
             humantime::format_rfc3339_seconds(since),
             r.kernel,
             r.cgroup_root.display()
         );
-        print!("{}", r.plan);
+        out += &r.plan.to_string();
         if let Some(p) = &r.processes {
-            println!("processes: {p}");
+            out += &format!("processes: {p}\n");
         }
+    }
+    for line in out.lines() {
+        println!("{}", bstats_store::escape::for_terminal(line));
     }
     Ok(())
 }
 
-/// The store to read history from: the configured one, or a snapshot's,
-/// unpacked into a temporary directory that lives as long as the guard.
+/// History for below's view and dump: the samples of the configured store,
+/// or of a snapshot, in `[begin, end]`, read by our reader and rewritten to
+/// a temporary store that lives as long as the guard (see
+/// `bstats_store::clean`: below's reader never sees a hostile file, nor
+/// below's printing a control character). With `follow` (the view), the
+/// samples after `end` up to its time are added in the background.
 fn history_source(
+    logger: &slog::Logger,
     store_dir: PathBuf,
     snapshot: Option<PathBuf>,
-) -> Result<(PathBuf, Option<bstats_store::snapshot::Unpacked>)> {
-    let unpacked = snapshot
-        .map(|s| bstats_store::snapshot::open(&s))
-        .transpose()?;
-    let dir = unpacked
-        .as_ref()
-        .map_or(store_dir, |s| s.store_dir().to_path_buf());
-    Ok((dir, unpacked))
+    (begin, end): (SystemTime, SystemTime),
+    follow: Option<(SystemTime, slog::Logger)>,
+) -> Result<bstats_store::clean::Clean> {
+    let Some(snapshot) = snapshot else {
+        return match follow {
+            None => bstats_store::clean::rewrite(logger, &store_dir, begin, end),
+            Some((more, bg)) => {
+                bstats_store::clean::rewrite_and_follow(logger, &store_dir, begin, end, more, bg)
+            }
+        };
+    };
+    // A snapshot is small: the view gets all of it at once. The unpacked
+    // copy is removed once rewritten.
+    let unpacked = bstats_store::snapshot::open(&snapshot)?;
+    let (begin, end) = match follow {
+        Some(_) => (
+            SystemTime::UNIX_EPOCH,
+            SystemTime::now() + Duration::from_secs(86400 * 365 * 100),
+        ),
+        None => (begin, end),
+    };
+    bstats_store::clean::rewrite(logger, unpacked.store_dir(), begin, end)
 }
 
 fn run(opt: Opt) -> Result<()> {
@@ -495,7 +520,8 @@ fn run(opt: Opt) -> Result<()> {
                 Ok(move || {
                     // Keeps exitstats running as long as the view samples.
                     let _running = &exits;
-                    c.collect_and_update_model()
+                    // Names and command lines reach the terminal escaped.
+                    c.collect_and_update_model_as(bstats_store::escape::sample_for_terminal)
                 })
             })
         }
@@ -507,9 +533,27 @@ fn run(opt: Opt) -> Result<()> {
             snapshot,
         } => {
             remote.refuse()?;
-            let (dir, _unpacked) = history_source(store_dir, snapshot)?;
+            let ts = below_common::cliutil::system_time_from_date_and_adjuster(
+                &time,
+                yesterdays.as_deref(),
+            )?;
+            let (begin, end, more) = history::replay_range(ts);
             let logger = tui_logger(&cfg.below.log_dir, cfg.debug)?;
-            bstats_view::run_replay(logger, dir, &time, yesterdays.as_deref())
+            let source = snapshot.clone().unwrap_or_else(|| store_dir.clone());
+            let history = history_source(
+                &stderr_logger(cfg.debug),
+                store_dir,
+                snapshot,
+                (begin, end),
+                Some((more, logger.clone())),
+            )?;
+            bstats_view::run_replay(
+                logger,
+                history.store_dir().to_path_buf(),
+                &source,
+                &time,
+                yesterdays.as_deref(),
+            )
         }
         Command::Debug { cmd } => history::debug(&stderr_logger(cfg.debug), store_dir, cmd),
         Command::Dump {
@@ -517,18 +561,26 @@ fn run(opt: Opt) -> Result<()> {
             snapshot,
             cmd,
         } => {
-            let (dir, _unpacked) = history_source(store_dir, snapshot)?;
-            let (_errs_tx, errs) = std::sync::mpsc::channel();
+            let logger = stderr_logger(cfg.debug);
             // below-dump refuses a host itself, as in below.
-            below_dump::run(
-                stderr_logger(cfg.debug),
-                errs,
-                dir,
-                remote.host,
-                remote.port,
-                None,
-                *cmd,
-            )
+            let history = match remote.host {
+                Some(_) => None,
+                None => {
+                    let (begin, end) = history::dump_range(&cmd)?;
+                    Some(history_source(
+                        &logger,
+                        store_dir.clone(),
+                        snapshot,
+                        (begin, end),
+                        None,
+                    )?)
+                }
+            };
+            let dir = history
+                .as_ref()
+                .map_or(store_dir, |h| h.store_dir().to_path_buf());
+            let (_errs_tx, errs) = std::sync::mpsc::channel();
+            below_dump::run(logger, errs, dir, remote.host, remote.port, None, *cmd)
         }
         Command::Snapshot {
             range,

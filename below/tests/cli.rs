@@ -202,6 +202,44 @@ fn replay_from_a_snapshot() {
     let _ = tmux.tmux(&["send-keys", "q"]);
 }
 
+/// A cgroup whose name sets the terminal's title and colour, made for
+/// `view` (replay or live) and recorded: the view shows it escaped, and
+/// the pane's title stays.
+fn view_shows_names_escaped(view: &[&str]) {
+    let root = bstats_collector::find_cgroup2_mount().unwrap();
+    // "a": before other trees of ours (by name) on a crowded screen; the
+    // view's name too, so the two tests' trees differ.
+    let tag = format!("a{}\x1b]0;TITLE\x07\x1b[31m", view[0]);
+    let cg = Fixture::new(&root, &tag, Controllers::All).unwrap();
+    let shown = bstats_store::escape::for_terminal(&cg.name()).into_owned();
+    assert!(shown.contains("\\x1b]0;TITLE\\x07"), "{shown}");
+    let env = Env::new();
+    env.run(&["record", "--interval-s", "1", "--count", "2"]);
+    let tmux = Tmux::start(&env.command_line(view));
+    let screen = tmux.wait_for(&[view[0], &shown], Duration::from_secs(20));
+    assert_shows(&screen, &[view[0], &shown]);
+    let title = tmux.tmux(&["display-message", "-p", "#{pane_title}"]);
+    let title = String::from_utf8_lossy(&title.stdout);
+    assert!(!title.contains("TITLE"), "{view:?} set the title: {title}");
+    let _ = tmux.tmux(&["send-keys", "q"]);
+}
+
+#[test]
+fn replay_shows_names_escaped() {
+    if bstats_testkit::skip_unless_root("creates cgroups") {
+        return;
+    }
+    view_shows_names_escaped(&["replay", "--time", "2m ago"]);
+}
+
+#[test]
+fn live_shows_names_escaped() {
+    if bstats_testkit::skip_unless_root("creates cgroups") {
+        return;
+    }
+    view_shows_names_escaped(&["live", "--interval-s", "1"]);
+}
+
 #[test]
 fn live_shows_cgroup_view() {
     if bstats_testkit::skip_unless_root("creates cgroups") {

@@ -24,7 +24,7 @@ struct Below09 {
     bin: PathBuf,
     conf: PathBuf,
     store: PathBuf,
-    _dir: tempfile::TempDir,
+    dir: tempfile::TempDir,
 }
 
 impl Below09 {
@@ -59,13 +59,16 @@ impl Below09 {
             bin,
             conf,
             store,
-            _dir: dir,
+            dir,
         }
     }
 
     fn below(&self, args: &[&str]) -> Command {
         let mut c = Command::new(&self.bin);
         c.arg("--config").arg(&self.conf).args(args);
+        // below 0.9's `dump --snapshot` never removes what it unpacks
+        // (snapshot_replay.*): into our directory, removed with it.
+        c.env("TMPDIR", self.dir.path());
         c
     }
 

@@ -315,8 +315,17 @@ impl Collector {
     /// (kept for the next model: its tree is not given back, so each
     /// sample builds one).
     pub fn collect_and_update_model(&mut self) -> Result<Model> {
+        self.collect_and_update_model_as(Ok)
+    }
+
+    /// [`Self::collect_and_update_model`] of the sample as `shown` makes
+    /// it (the live view escapes its names for the terminal).
+    pub fn collect_and_update_model_as(
+        &mut self,
+        shown: impl FnOnce(Sample) -> Result<Sample>,
+    ) -> Result<Model> {
         let now = Instant::now();
-        let sample = self.collect_sample()?;
+        let sample = shown(self.collect_sample()?)?;
         let model = Model::new(
             SystemTime::now(),
             &sample,

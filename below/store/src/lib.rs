@@ -29,16 +29,22 @@ use slog::warn;
 use store::CompressionMode;
 use store::DataFrame;
 
+pub mod clean;
+pub mod escape;
 mod failures;
 pub mod private;
+pub mod reader;
 pub mod snapshot;
 mod sync;
+pub mod tmp;
 mod writer;
 
 use sync::Syncer;
 use writer::Writer;
 
 pub use sync::StoreSync;
+/// The checksum of index entries and frames (for tests that craft stores).
+pub use writer::crc32;
 
 pub use failures::FailureKind;
 pub use failures::FailureLog;

@@ -3,7 +3,9 @@
 //! frames of a time range. `replay`/`dump --snapshot` read it as a store.
 
 use std::fs::File;
+use std::io::Read;
 use std::os::unix::fs::PermissionsExt;
+use std::path::Component;
 use std::path::Path;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -16,9 +18,9 @@ use store::ChunkSizePo2;
 use store::CompressionMode;
 use store::Direction;
 use store::Store;
-use tempfile::TempDir;
 
 use crate::private;
+use crate::tmp::TempDir;
 use crate::writer::Writer;
 
 /// below's snapshot compression: zstd with a dictionary per 16 frames.
@@ -38,8 +40,9 @@ pub fn copy_frames(
     begin: SystemTime,
     end: SystemTime,
 ) -> Result<u64> {
-    let mut writer = Writer::new(logger.clone(), to, mode, SystemTime::now())
-        .with_context(|| format!("Failed to open store {}", to.display()))?;
+    // Opened at the first frame's time: opened now, it would also make
+    // today's shard, empty, which below's reader warns about.
+    let mut writer: Option<Writer> = None;
     let mut t = begin;
     let mut n = 0;
     while t <= end {
@@ -49,12 +52,21 @@ pub fn copy_frames(
         if ts > end {
             break;
         }
-        writer
-            .put(ts, &frame)
+        let w = match &mut writer {
+            Some(w) => w,
+            None => writer.insert(
+                Writer::new(logger.clone(), to, mode, ts)
+                    .with_context(|| format!("Failed to open store {}", to.display()))?,
+            ),
+        };
+        w.put(ts, &frame)
             .with_context(|| format!("Failed to write to {}", to.display()))?;
         n += 1;
         // The store's resolution is one second.
         t = ts + Duration::from_secs(1);
+    }
+    if writer.is_none() {
+        private::create_dir_all(to)?;
     }
     Ok(n)
 }
@@ -83,12 +95,9 @@ pub fn create(
     end: SystemTime,
     output: Option<&Path>,
 ) -> Result<(u64, PathBuf)> {
-    let tmp = tempfile::Builder::new()
-        .prefix(&format!("{}.", default_name(begin, end)))
-        .permissions(private::dir_permissions())
-        .tempdir()
+    let tmp = crate::tmp::private_tempdir(&format!("{}.", default_name(begin, end)))
         .context("Failed to create a temporary directory for the snapshot")?;
-    let mut from = store::LocalStore::new(logger.clone(), store_dir.to_path_buf());
+    let mut from = crate::reader::SafeStore::new(logger.clone(), store_dir.to_path_buf(), false);
     let n = copy_frames(
         logger,
         &mut from,
@@ -153,7 +162,8 @@ pub fn create(
     Ok((n, output.to_path_buf()))
 }
 
-/// A snapshot unpacked to a temporary store, removed on drop.
+/// A snapshot unpacked to a temporary store, removed on drop (and when the
+/// process ends, whatever ends it: see `tmp`).
 pub struct Unpacked {
     _tmp: TempDir,
     store: PathBuf,
@@ -165,34 +175,120 @@ impl Unpacked {
     }
 }
 
-/// Unpacks a snapshot (ours or below's). below names the directory
-/// `store`; any single top-level directory is accepted.
+/// What unpacking a snapshot may write. A snapshot is a few shards of a
+/// few MB; the limits only stop one made to fill the disk.
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    pub entries: u64,
+    pub bytes: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            // Two files a day for years.
+            entries: 10_000,
+            bytes: 4 << 30,
+        }
+    }
+}
+
+/// Unpacks a snapshot (ours or below's) with the default [`Limits`].
 pub fn open(path: &Path) -> Result<Unpacked> {
+    open_with(path, Limits::default())
+}
+
+/// Unpacks a snapshot: one top-level directory (below names it `store`)
+/// of regular files, nothing else. Links, devices, FIFOs, sparse files,
+/// nested directories and entries beyond `limits` are refused, naming the
+/// entry; what is written is 0700/0600 whatever the tar says, into a
+/// private temporary directory.
+pub fn open_with(path: &Path, limits: Limits) -> Result<Unpacked> {
+    open_in(path, limits, &std::env::temp_dir())
+}
+
+fn open_in(path: &Path, limits: Limits, tmp_parent: &Path) -> Result<Unpacked> {
     let file = File::open(path)
         .with_context(|| format!("Failed to open snapshot file {}", path.display()))?;
-    let tmp = tempfile::Builder::new()
-        .prefix("snapshot_replay.")
-        .permissions(private::dir_permissions())
-        .tempdir()
+    let tmp = crate::tmp::private_tempdir_in(tmp_parent, "snapshot_replay.")
         .context("Failed to create a temporary directory for the snapshot")?;
-    let mut tar = tar::Archive::new(file);
-    // The tar's modes without group and other bits (below 0.9's snapshots
-    // hold 0644 files): at most 0600 and 0700, as any store of ours.
-    tar.set_mask(0o077);
-    tar.unpack(tmp.path())
+    let store = unpack(file, tmp.path(), limits)
         .with_context(|| format!("Failed to unpack snapshot {}", path.display()))?;
-    let dirs: Vec<PathBuf> = std::fs::read_dir(tmp.path())?
-        .map(|e| e.map(|e| e.path()))
-        .collect::<std::io::Result<_>>()?;
-    match &dirs[..] {
-        [d] if d.is_dir() => Ok(Unpacked {
-            store: d.clone(),
-            _tmp: tmp,
-        }),
-        _ => bail!(
-            "{} is not a below snapshot (expected one store directory in the tar)",
-            path.display()
-        ),
+    Ok(Unpacked { _tmp: tmp, store })
+}
+
+fn unpack(file: File, into: &Path, limits: Limits) -> Result<PathBuf> {
+    let mut tar = tar::Archive::new(file);
+    let (mut entries, mut bytes) = (0u64, 0u64);
+    let mut top: Option<PathBuf> = None;
+    for entry in tar.entries()? {
+        let mut entry = entry?;
+        let name = entry.path()?.into_owned();
+        entries += 1;
+        if entries > limits.entries {
+            bail!("more than {} entries", limits.entries);
+        }
+        // `store/x` and `./store/x` alike; `..` and `/` never.
+        let mut parts = vec![];
+        for c in name.components() {
+            match c {
+                Component::CurDir => {}
+                Component::Normal(p) => parts.push(p.to_owned()),
+                _ => bail!("entry {} leaves the snapshot", name.display()),
+            }
+        }
+        let kind = entry.header().entry_type();
+        let is_dir = kind.is_dir();
+        let is_file = kind.is_file() || kind.is_contiguous();
+        if !is_dir && !is_file {
+            bail!(
+                "entry {} is not a regular file or directory ({:?}): not a below snapshot",
+                name.display(),
+                kind
+            );
+        }
+        let (dir, file_name) = match (&parts[..], is_dir) {
+            ([d], true) => (d, None),
+            ([d, f], false) => (d, Some(f)),
+            _ => bail!(
+                "entry {} is not in one store directory: not a below snapshot",
+                name.display()
+            ),
+        };
+        match &top {
+            Some(t) if t.as_os_str() != dir => bail!(
+                "more than one top-level directory ({} and {}): not a below snapshot",
+                t.display(),
+                dir.to_string_lossy()
+            ),
+            Some(_) => {}
+            None => {
+                private::create_dir_all(&into.join(dir))?;
+                top = Some(PathBuf::from(dir));
+            }
+        }
+        let Some(file_name) = file_name else {
+            continue;
+        };
+        let size = entry.size();
+        bytes = bytes.saturating_add(size);
+        if bytes > limits.bytes {
+            bail!("more than {} bytes", limits.bytes);
+        }
+        let dest = into.join(dir).join(file_name);
+        let mut out =
+            private::open_no_follow(&dest, private::file_options().write(true).create_new(true))
+                .with_context(|| format!("entry {}", name.display()))?;
+        // At most what the header says, and only what the tar holds.
+        let copied = std::io::copy(&mut (&mut entry).take(size), &mut out)
+            .with_context(|| format!("Failed to write {}", dest.display()))?;
+        if copied != size {
+            bail!("entry {} is cut short", name.display());
+        }
+    }
+    match top {
+        Some(t) => Ok(into.join(t)),
+        None => bail!("no store directory in the tar: not a below snapshot"),
     }
 }
 
@@ -319,6 +415,164 @@ mod test {
         let u = open(&open_tar).unwrap();
         assert_private(u.store_dir().parent().unwrap());
         assert_eq!(frames(u.store_dir()).len(), 2);
+    }
+
+    /// A crafted tar entry: name, type, mode, data.
+    type Crafted<'a> = (&'a str, tar::EntryType, u32, &'a [u8]);
+
+    /// A tar with entries written as given: `(name, type, mode, data)`,
+    /// the name raw (`..` included, which tar's builder refuses).
+    fn crafted_tar(path: &Path, entries: &[Crafted]) {
+        let mut b = tar::Builder::new(File::create(path).unwrap());
+        for (name, kind, mode, data) in entries {
+            let mut h = tar::Header::new_gnu();
+            h.as_old_mut().name[..name.len()].copy_from_slice(name.as_bytes());
+            h.set_entry_type(*kind);
+            h.set_mode(*mode);
+            h.set_size(data.len() as u64);
+            if kind.is_symlink() {
+                h.set_link_name("/etc").unwrap();
+            }
+            if kind.is_gnu_sparse() {
+                // 8 GiB of which only the last bytes are stored.
+                let g = h.as_gnu_mut().unwrap();
+                g.set_real_size(8 << 30);
+                g.sparse[0].set_offset((8 << 30) - data.len() as u64);
+                g.sparse[0].set_length(data.len() as u64);
+            }
+            h.set_cksum();
+            b.append(&h, *data).unwrap();
+        }
+        b.into_inner().unwrap();
+    }
+
+    fn refused(path: &Path, limits: Limits) -> String {
+        let tmp = tempfile::tempdir().unwrap();
+        let e = open_in(path, limits, tmp.path()).err().expect("refused");
+        let left: Vec<_> = std::fs::read_dir(tmp.path()).unwrap().collect();
+        assert!(left.is_empty(), "left behind: {left:?}");
+        format!("{e:#}")
+    }
+
+    /// Links (`store` itself, or an index linking to a FIFO), FIFOs,
+    /// devices, sparse files, paths out of the tar and nested directories
+    /// are refused with the entry's name; so is a tar over its limits.
+    #[test]
+    fn hostile_snapshots_are_refused() {
+        use tar::EntryType as T;
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("snap");
+        let cases: &[(&[Crafted], &str)] = &[
+            (
+                &[("store", T::Symlink, 0o777, b"")],
+                "entry store is not a regular file",
+            ),
+            (
+                &[
+                    ("store/", T::Directory, 0o755, b""),
+                    ("store/index_00000000000", T::Symlink, 0o777, b""),
+                ],
+                "entry store/index_00000000000 is not a regular file",
+            ),
+            (
+                &[
+                    ("store/", T::Directory, 0o755, b""),
+                    ("store/index_00000000000", T::Fifo, 0o644, b""),
+                ],
+                "(Fifo)",
+            ),
+            (&[("store/data_1", T::Char, 0o644, b"")], "(Char)"),
+            (
+                &[("store/index_1", T::GNUSparse, 0o644, &[1; 512])],
+                "(GNUSparse)",
+            ),
+            (&[("store/hard", T::Link, 0o644, b"")], "(Link)"),
+            (
+                &[("../store/x", T::Regular, 0o644, b"x")],
+                "leaves the snapshot",
+            ),
+            (
+                &[("/store/x", T::Regular, 0o644, b"x")],
+                "leaves the snapshot",
+            ),
+            (
+                &[("store/a/b", T::Regular, 0o644, b"x")],
+                "not in one store directory",
+            ),
+            (
+                &[("x", T::Regular, 0o644, b"x")],
+                "not in one store directory",
+            ),
+            (
+                &[
+                    ("a/x", T::Regular, 0o644, b"x"),
+                    ("b/x", T::Regular, 0o644, b"x"),
+                ],
+                "more than one top-level directory",
+            ),
+            (
+                &[
+                    ("store/x", T::Regular, 0o644, b"x"),
+                    ("store/x", T::Regular, 0o644, b"y"),
+                ],
+                "entry store/x",
+            ),
+            (&[], "no store directory"),
+        ];
+        for (entries, want) in cases {
+            crafted_tar(&p, entries);
+            let e = refused(&p, Limits::default());
+            assert!(e.contains(want), "{entries:?}: {e}");
+        }
+        let four: &[Crafted] = &[
+            ("store/a", T::Regular, 0o644, b"0123"),
+            ("store/b", T::Regular, 0o644, b"0123"),
+        ];
+        crafted_tar(&p, four);
+        let e = refused(
+            &p,
+            Limits {
+                entries: 1,
+                bytes: 100,
+            },
+        );
+        assert!(e.contains("more than 1 entries"), "{e}");
+        let e = refused(
+            &p,
+            Limits {
+                entries: 10,
+                bytes: 7,
+            },
+        );
+        assert!(e.contains("more than 7 bytes"), "{e}");
+        assert!(open_with(
+            &p,
+            Limits {
+                entries: 2,
+                bytes: 8
+            }
+        )
+        .is_ok());
+    }
+
+    /// A tar of 0777 entries unpacks to 0700/0600.
+    #[test]
+    fn modes_of_the_tar_are_not_kept() {
+        use crate::private::test_util::*;
+        use tar::EntryType as T;
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("snap");
+        crafted_tar(
+            &p,
+            &[
+                ("store/", T::Directory, 0o777, b""),
+                ("store/index_1", T::Regular, 0o777, b""),
+                ("store/data_1", T::Regular, 0o4777, b"x"),
+            ],
+        );
+        let u = open(&p).unwrap();
+        assert_private(u.store_dir().parent().unwrap());
+        assert_eq!(std::fs::read(u.store_dir().join("data_1")).unwrap(), b"x");
     }
 
     /// A link planted at the output is refused, its target untouched; a

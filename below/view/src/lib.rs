@@ -82,20 +82,23 @@ where
 }
 
 /// Replays a store from `time` (below's date syntax; `days` is its `-r`).
+/// `source` names where its samples came from in errors (`store_dir` may
+/// be a temporary copy).
 pub fn run_replay(
     logger: slog::Logger,
     store_dir: PathBuf,
+    source: &std::path::Path,
     time: &str,
     days: Option<&str>,
 ) -> Result<()> {
     let ts = below_common::cliutil::system_time_from_date_and_adjuster(time, days)?;
-    let mut adv = new_advance_local(logger, store_dir.clone(), ts);
+    let mut adv = new_advance_local(logger, store_dir, ts);
     adv.initialize();
     let Some(model) = adv.jump_sample_to(ts) else {
         bail!(
             "No sample found at or after {} in {}: the time may be in the future or nothing was recorded then",
             time,
-            store_dir.display()
+            source.display()
         );
     };
     below_common::cliutil::check_initial_sample_time_with_requested_time(model.timestamp, ts);
