@@ -57,9 +57,7 @@ pub fn value_for_terminal(v: &mut Value) {
         Value::Array(a) => a.iter_mut().for_each(value_for_terminal),
         Value::Tag(_, inner) => value_for_terminal(inner),
         Value::Map(m) => {
-            let needs = m
-                .keys()
-                .any(|k| matches!(k, Value::Text(s) if s.chars().any(char::is_control)));
+            let needs = m.keys().any(key_has_control);
             m.values_mut().for_each(value_for_terminal);
             if needs {
                 let old = std::mem::take(m);
@@ -70,15 +68,28 @@ pub fn value_for_terminal(v: &mut Value) {
     }
 }
 
+/// A map key a String field would take with a control character: text,
+/// or a byte string that is UTF-8 (serde reads one into a String too).
+fn key_has_control(k: &Value) -> bool {
+    match k {
+        Value::Text(s) => has_control(s),
+        Value::Bytes(b) => std::str::from_utf8(b).is_ok_and(has_control),
+        _ => false,
+    }
+}
+
 fn escape_keys(old: BTreeMap<Value, Value>) -> BTreeMap<Value, Value> {
     let mut out = BTreeMap::new();
     // Keys without control characters first: they keep their names.
-    let (plain, escaped): (Vec<_>, Vec<_>) = old
-        .into_iter()
-        .partition(|(k, _)| !matches!(k, Value::Text(s) if s.chars().any(char::is_control)));
+    let (plain, escaped): (Vec<_>, Vec<_>) =
+        old.into_iter().partition(|(k, _)| !key_has_control(k));
     out.extend(plain);
     for (mut k, v) in escaped {
         value_for_terminal(&mut k);
+        // Escaped, a byte-string key is the text a String field reads.
+        if let Value::Bytes(b) = &k {
+            k = Value::Text(String::from_utf8_lossy(b).into_owned());
+        }
         if out.contains_key(&k) {
             if let Value::Text(s) = &k {
                 let base = s.clone();
@@ -236,12 +247,23 @@ mod test {
             ..Default::default()
         };
         sample.processes.insert(7, pid);
+        let mut children = BTreeMap::new();
+        children.insert("c0\x1b]0;T\x07".to_string(), model::CgroupSample::default());
+        sample.cgroup.children = Some(children);
         let mut v = serde_cbor::value::to_value(store::DataFrame { sample }).unwrap();
+        // Values and map keys alike.
         fn to_bytes(v: &mut Value) {
             match v {
                 Value::Text(s) if s.contains('\x1b') => *v = Value::Bytes(s.clone().into_bytes()),
                 Value::Array(a) => a.iter_mut().for_each(to_bytes),
-                Value::Map(m) => m.values_mut().for_each(to_bytes),
+                Value::Map(m) => {
+                    let old = std::mem::take(m);
+                    for (mut k, mut val) in old {
+                        to_bytes(&mut k);
+                        to_bytes(&mut val);
+                        m.insert(k, val);
+                    }
+                }
                 _ => {}
             }
         }
@@ -250,6 +272,8 @@ mod test {
         assert!(cbor_has_control(&bytes));
         let f = frame_from_cbor(&bytes).unwrap();
         assert_eq!(f.sample.processes[&7].exe_path.as_deref(), Some("\\x1b[2J"));
+        let names: Vec<&String> = f.sample.cgroup.children.as_ref().unwrap().keys().collect();
+        assert_eq!(names, ["c0\\x1b]0;T\\x07"]);
     }
 
     #[test]
