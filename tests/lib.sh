@@ -28,6 +28,17 @@ check() {
   fi
 }
 
+# A TCP port free on 127.0.0.1 now (for a server a test starts).
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+# wait_for SECONDS CMD...: polls CMD (output dropped) every 0.25 s until
+# it succeeds, or fails after SECONDS.
+wait_for() {
+  local n=$1; shift
+  for _ in $(seq "$((n * 4))"); do "$@" >/dev/null 2>&1 && return 0; sleep 0.25; done
+  return 1
+}
+
 # Prints the tally (`summary: N passed, N failed`); fails when a check failed.
 tally_summary() {
   [ "$FAILED" -eq 0 ] || log "failed: ${FAILURES[*]}"

@@ -43,12 +43,6 @@ cleanup() {
 }
 trap cleanup EXIT
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-wait_for() { # wait_for SECONDS CMD…
-  local n=$1; shift
-  for _ in $(seq "$n"); do "$@" >/dev/null 2>&1 && return 0; sleep 1; done
-  return 1
-}
 
 mkdir -p "$cg/burn"
 sh -c "echo \$\$ > $cg/burn/cgroup.procs; exec sh -c 'while :; do :; done'" &

@@ -32,12 +32,6 @@ cleanup() {
 }
 trap cleanup EXIT
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-wait_for() { # wait_for SECONDS CMD…
-  local n=$1; shift
-  for _ in $(seq "$((n * 4))"); do "$@" >/dev/null 2>&1 && return 0; sleep 0.25; done
-  return 1
-}
 
 # ---- certificates, made now ------------------------------------------------------
 pki=$tmp/pki
