@@ -126,8 +126,46 @@ fn take_snapshot(run: Run, begin: u64, end: u64, out: &Path) {
     ]);
 }
 
+/// A dump as JSON; `by_b09`: below 0.9's, with its strings escaped as
+/// ours shows every string of a sample (below 0.9 prints them raw).
+fn dump_json(dump: &str, by_b09: bool) -> serde_json::Value {
+    fn escape(v: &mut serde_json::Value) {
+        match v {
+            serde_json::Value::String(s) => {
+                *s = bstats_store::escape::for_terminal(s).into_owned();
+            }
+            serde_json::Value::Array(a) => a.iter_mut().for_each(escape),
+            serde_json::Value::Object(o) => o.values_mut().for_each(escape),
+            _ => {}
+        }
+    }
+    let mut v = serde_json::from_str(dump).unwrap_or_else(|e| panic!("{e}: {dump}"));
+    if by_b09 {
+        escape(&mut v);
+    }
+    v
+}
+
+/// argv[0] of a process running while both record: control characters
+/// in a command line, which anyone can set on their own process.
+const HOSTILE_ARGV0: &str = "sleep\u{1b}]0;title\u{7}\nline";
+
+/// Every "Cmdline" of a dump.
+fn cmdlines(dump: &serde_json::Value) -> Vec<&str> {
+    match dump {
+        serde_json::Value::Array(a) => a.iter().flat_map(cmdlines).collect(),
+        serde_json::Value::Object(o) => o
+            .get("Cmdline")
+            .and_then(|c| c.as_str())
+            .into_iter()
+            .collect(),
+        _ => vec![],
+    }
+}
+
 /// For each kind, ours and below 0.9 dump `snapshot` alike (at least 3
-/// rows by its recorder, `whose`), and as the recorder dumps its store.
+/// rows by its recorder, `whose`; strings escaped by ours), and as the
+/// recorder dumps its store.
 fn assert_dumps_agree(
     ours: Run,
     b09: Run,
@@ -145,16 +183,38 @@ fn assert_dumps_agree(
         let by_b09 = dump_snapshot(b09, Some(snapshot), kind, begin, end);
         let by_recorder = if theirs { &by_b09 } else { &by_ours };
         assert!(rows(by_recorder) >= 3, "{} rows: {}", kind, by_recorder);
+        if kind == "process" {
+            let shows = |dump: &str, by_b09: bool, argv0: &str| {
+                let json = serde_json::from_str(dump).unwrap();
+                let found = cmdlines(&json).iter().any(|c| c.starts_with(argv0));
+                assert!(
+                    found,
+                    "{argv0:?} not in a Cmdline (below 0.9: {by_b09}): {dump}"
+                );
+            };
+            shows(
+                &by_ours,
+                false,
+                &bstats_store::escape::for_terminal(HOSTILE_ARGV0),
+            );
+            shows(&by_b09, true, HOSTILE_ARGV0);
+        }
+        let ours_json = dump_json(&by_ours, false);
         assert_eq!(
-            by_ours, by_b09,
+            ours_json,
+            dump_json(&by_b09, true),
             "dump {} of {} snapshot differs",
-            kind, whose
+            kind,
+            whose
         );
         let store = dump_snapshot(recorder, None, kind, begin, end);
         assert_eq!(
-            by_ours, store,
+            ours_json,
+            dump_json(&store, theirs),
             "dump {}: {} snapshot != {} store",
-            kind, whose, store_of
+            kind,
+            whose,
+            store_of
         );
     }
 }
@@ -166,6 +226,9 @@ fn snapshots_interoperate_with_below_0_9() {
     }
     let b09 = Below09::new();
     let env = Env::new();
+    let mut hostile = Command::new("sleep");
+    std::os::unix::process::CommandExt::arg0(&mut hostile, HOSTILE_ARGV0);
+    let hostile = KillOnDrop(hostile.arg("600").spawn().unwrap());
     let dir = env.dir();
     let ours_run = |a: &[&str]| env.run(a);
     let b09_run = |a: &[&str]| b09.run(a);
@@ -204,6 +267,17 @@ fn snapshots_interoperate_with_below_0_9() {
     let theirs = dir.join("theirs.snapshot");
     take_snapshot(&b09_run, begin, end, &theirs);
     assert_dumps_agree(&ours_run, &b09_run, true, &theirs, (begin, end));
+    drop(hostile);
+}
+
+/// A child killed and reaped when dropped.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
 
 #[test]

@@ -25,6 +25,7 @@
 //! - BTF: `KernelBtf::open(None)` checks it once: `has_func` (kfuncs), `enum_values`.
 //! - Decoding: `cputime_adjust`, `c_bytes`, `page_size`.
 
+use std::cell::RefCell;
 use std::ffi::CString;
 use std::io::ErrorKind;
 use std::io::Read;
@@ -48,6 +49,7 @@ use libbpf_rs::MapCore;
 use libbpf_rs::Object;
 use libbpf_rs::OpenMapMut;
 use libbpf_rs::OpenObject;
+use libbpf_rs::PrintLevel;
 use libbpf_rs::ProgramMut;
 
 /// Plain data shared with a BPF program: `#[repr(C)]`, every bit pattern
@@ -96,7 +98,8 @@ pub fn load(
     let mut size = FIRST_LOG_SIZE;
     loop {
         let mut log = vec![0u8; size];
-        let loaded = open_and_load(&name, elf, btf.as_deref(), &mut log, &mut setup);
+        let (loaded, said) =
+            libbpf_says(|| open_and_load(&name, elf, btf.as_deref(), &mut log, &mut setup));
         let e = match loaded {
             Ok(obj) => return Ok(obj),
             Err(Failure::Setup(e)) => return Err(e),
@@ -106,12 +109,56 @@ pub fn load(
         if len + 1 < size || size >= LAST_LOG_SIZE {
             let log = String::from_utf8_lossy(&log[..len]);
             // libbpf's error stays in the chain for callers to match.
-            return Err(match verifier_verdict(&log) {
+            // Else libbpf's last warning: its own reason for stopping.
+            let why = verifier_verdict(&log).or_else(|| said.last().cloned());
+            return Err(match why {
                 Some(why) => anyhow::Error::new(e).context(why),
                 None => anyhow::Error::new(e),
             });
         }
         size *= 16;
+    }
+}
+
+thread_local! {
+    /// libbpf's warnings during a load on this thread; None outside one.
+    static SAID: RefCell<Option<Vec<String>>> = const { RefCell::new(None) };
+}
+
+/// Runs `f` with libbpf's warnings on this thread kept, not printed: a
+/// failed load's error carries the last (the loaders fall back and say why,
+/// so a user without the right to load BPF sees one reason, not libbpf's
+/// lines on stderr), a load that succeeds drops them.
+fn libbpf_says<T>(f: impl FnOnce() -> T) -> (T, Vec<String>) {
+    static INSTALL: std::sync::Once = std::sync::Once::new();
+    INSTALL.call_once(|| {
+        libbpf_rs::set_print(Some((PrintLevel::Warn, keep_or_print)));
+    });
+    SAID.with(|s| *s.borrow_mut() = Some(Vec::new()));
+    let out = f();
+    (
+        out,
+        SAID.with(|s| s.borrow_mut().take()).unwrap_or_default(),
+    )
+}
+
+/// libbpf's print callback: kept during a load on this thread, else
+/// printed as libbpf would.
+fn keep_or_print(_: PrintLevel, msg: String) {
+    let msg = msg
+        .trim_end()
+        .strip_prefix("libbpf: ")
+        .unwrap_or(msg.trim_end())
+        .to_owned();
+    let printed = SAID.with(|s| match s.borrow_mut().as_mut() {
+        Some(said) => {
+            said.push(msg.clone());
+            None
+        }
+        None => Some(msg),
+    });
+    if let Some(msg) = printed {
+        eprintln!("libbpf: {msg}");
     }
 }
 
@@ -153,8 +200,7 @@ fn open_and_load(
 /// Why the verifier rejected a program: the last two lines of its log
 /// before "processed N insns" (libbpf rewrites a poisoned call into the
 /// CO-RE relocation or kfunc that failed). None when it never ran: libbpf
-/// failed first and printed why through its print callback, which stays
-/// the process's.
+/// failed first, and its warnings say why.
 fn verifier_verdict(log: &str) -> Option<String> {
     let lines: Vec<&str> = log
         .lines()

@@ -85,13 +85,14 @@ fn libbpfs_error_when_the_verifier_never_ran() {
     if skip_unless_root("loads BPF") {
         return;
     }
-    // Not BTF: libbpf fails relocating, before any program loads. Its
-    // messages go to its print callback (the process's, not the layer's):
-    // the error is libbpf's, with no verdict made up from an empty log.
+    // Not BTF: libbpf fails relocating, before any program loads. The
+    // error is libbpf's, with its warnings as the reason (no verdict made
+    // up from an empty log).
     let err = load_with(1, false, Some(Path::new("/proc/self/stat")))
         .expect_err("no BTF to relocate against");
     assert!(err.downcast_ref::<libbpf_rs::Error>().is_some(), "{err:#}");
-    assert_eq!(err.chain().count(), 1, "{err:#}");
+    assert_eq!(err.chain().count(), 2, "{err:#}");
+    assert!(err.to_string().contains("BTF"), "{err:#}");
 }
 
 #[test]
