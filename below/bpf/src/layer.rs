@@ -109,8 +109,10 @@ pub fn load(
         if len + 1 < size || size >= LAST_LOG_SIZE {
             let log = String::from_utf8_lossy(&log[..len]);
             // libbpf's error stays in the chain for callers to match.
-            // Else libbpf's last warning: its own reason for stopping.
-            let why = verifier_verdict(&log).or_else(|| said.last().cloned());
+            // Else libbpf's warnings, cause first ("failed to parse target
+            // BTF" / "failed to perform CO-RE relocations").
+            let why =
+                verifier_verdict(&log).or_else(|| (!said.is_empty()).then(|| said.join(" / ")));
             return Err(match why {
                 Some(why) => anyhow::Error::new(e).context(why),
                 None => anyhow::Error::new(e),
@@ -126,7 +128,7 @@ thread_local! {
 }
 
 /// Runs `f` with libbpf's warnings on this thread kept, not printed: a
-/// failed load's error carries the last (the loaders fall back and say why,
+/// failed load's error carries them (the loaders fall back and say why,
 /// so a user without the right to load BPF sees one reason, not libbpf's
 /// lines on stderr), a load that succeeds drops them.
 fn libbpf_says<T>(f: impl FnOnce() -> T) -> (T, Vec<String>) {
