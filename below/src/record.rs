@@ -249,20 +249,17 @@ pub fn record(logger: &slog::Logger, cfg: &Config, opts: RecordOpts) -> Result<(
             Ok(sample) => {
                 lap.lap();
                 if let Some(x) = &exporter {
-                    x.publish(t, &sample);
+                    x.publish(t, sample);
                 }
                 let publish = lap.lap();
-                let frame = store::DataFrame { sample };
-                let written = recorder.put(t, &frame);
+                let written = recorder.put(t, sample);
                 let write = lap.lap();
-                collector.recycle(frame.sample);
-                let free = lap.lap();
-                if written && n == 0 {
-                    if let Some(s) = since_exec() {
-                        info!(logger, "First sample written {:.2} s after start", s);
+                if written.is_ok() {
+                    if n == 0 {
+                        if let Some(s) = since_exec() {
+                            info!(logger, "First sample written {:.2} s after start", s);
+                        }
                     }
-                }
-                if written {
                     let now = bstats_model::process_cpu_time();
                     let c = &collector.times;
                     let cost = bstats_model::SampleCost {
@@ -275,7 +272,7 @@ pub fn record(logger: &slog::Logger, cfg: &Config, opts: RecordOpts) -> Result<(
                         tree_build: c.tree_build,
                         publish: Some(publish),
                         store: write,
-                        drop: free,
+                        drop: c.drop,
                         idle,
                         process_cpu: now - process,
                     };

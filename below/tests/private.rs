@@ -71,8 +71,11 @@ fn record_two(env: &Env) {
     )
     .unwrap();
     for ago in [20, 10] {
-        let frame = store::DataFrame::default();
-        assert!(r.put(SystemTime::now() - Duration::from_secs(ago), &frame));
+        r.put(
+            SystemTime::now() - Duration::from_secs(ago),
+            &model::Sample::default(),
+        )
+        .unwrap();
     }
 }
 

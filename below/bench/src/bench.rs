@@ -139,9 +139,27 @@ fn one_sample(
     l.syscr.push(sc.delta(s0, s1) as f64);
     l.alloc_read.push((alloc::thread_allocated() - a0) as f64);
     l.cgroups = raw.cgroups();
-    let [_, c_tree, c_model, c_store] = &mut l.cpu;
-    let [_, w_tree, w_model, w_store] = &mut l.wall;
-    let tree = lap(c_tree, w_tree, || c.tree(raw));
+    let fill = match &raw {
+        Raw::Filled { fill, .. } => Some(*fill),
+        Raw::Tree(_) => None,
+    };
+    let [c_read, c_tree, c_model, c_store] = &mut l.cpu;
+    let [w_read, w_tree, w_model, w_store] = &mut l.wall;
+    let tree = lap(c_tree, w_tree, || raw.tree());
+    if let Some(fill) = fill {
+        // Our read filled the tree too: that part is the tree phase (user
+        // space only: no syscalls).
+        let (cr, ct) = (
+            c_read.last_mut().expect("read"),
+            c_tree.last_mut().expect("tree"),
+        );
+        cr.user = cr.user.saturating_sub(fill.cpu);
+        cr.total = cr.total.saturating_sub(fill.cpu);
+        ct.user += fill.cpu;
+        ct.total += fill.cpu;
+        *w_read.last_mut().expect("read") = w_read.last().expect("read").saturating_sub(fill.wall);
+        *w_tree.last_mut().expect("tree") += fill.wall;
+    }
     let sample = lap(c_model, w_model, || down.model(tree));
     lap(c_store, w_store, || down.store(sample))?;
     l.alloc_total.push((alloc::thread_allocated() - a0) as f64);
@@ -171,7 +189,7 @@ pub fn collect_cell(kind: Kind, target: &Target, budget: Budget) -> Result<Colle
     // Warm-up, untimed: counts opens, gives the model a previous sample,
     // and takes the first-open costs out of the timed samples.
     let (raw, opens, opens_source) = read_counting_opens(&mut c)?;
-    let sample = down.model(c.tree(raw));
+    let sample = down.model(raw.tree());
     down.store(sample)?;
     let heap0 = alloc::reset_peak();
     let mut l = Laps::default();

@@ -11,6 +11,7 @@ use anyhow::Context;
 use anyhow::Result;
 use bstats_collector::BackendChoice;
 use bstats_collector::CgroupCollector;
+use bstats_collector::Elapsed;
 use cgroupfs::CgroupReader;
 use model::CgroupSample;
 use serde::Serialize;
@@ -79,11 +80,16 @@ pub enum Collector {
 }
 
 /// What the kernel-read phase gives: below's walk builds the tree as it
-/// goes; ours fills its table (the tree comes from it in the next phase).
+/// goes; ours fills its table, then the tree from it, and says how long
+/// that took (the tree phase).
 pub enum Raw {
     Tree(Box<CgroupSample>),
-    /// This many cgroups in our collector's table.
-    Table(usize),
+    Filled {
+        tree: Box<CgroupSample>,
+        /// Cgroups in our collector's table.
+        cgroups: usize,
+        fill: Elapsed,
+    },
 }
 
 impl Collector {
@@ -121,8 +127,16 @@ impl Collector {
                 )))
             }
             Collector::Ours(c) => {
-                c.sample();
-                Ok(Raw::Table(c.cgroups()))
+                // A new tree each sample, as below builds one (the model
+                // keeps the previous sample).
+                let mut tree = Box::default();
+                let report = c.sample(&mut tree);
+                let fill = report.tree.expect("a sample fills the tree").took;
+                Ok(Raw::Filled {
+                    tree,
+                    cgroups: c.cgroups(),
+                    fill,
+                })
             }
         }
     }
@@ -137,17 +151,6 @@ impl Collector {
             }
         }
     }
-
-    /// below's tree of what [`Collector::read`] gave. Ours is not given
-    /// back (the model keeps it as the previous sample): a new tree each
-    /// sample, as below builds one.
-    pub fn tree(&mut self, raw: Raw) -> CgroupSample {
-        match (raw, self) {
-            (Raw::Tree(t), _) => *t,
-            (Raw::Table(_), Collector::Ours(c)) => c.take_tree().0,
-            (Raw::Table(_), Collector::Baseline(_)) => unreachable!("only ours fills a table"),
-        }
-    }
 }
 
 impl Raw {
@@ -160,7 +163,14 @@ impl Raw {
         }
         match self {
             Raw::Tree(t) => count(t),
-            Raw::Table(n) => *n,
+            Raw::Filled { cgroups, .. } => *cgroups,
+        }
+    }
+
+    /// below's tree.
+    pub fn tree(self) -> CgroupSample {
+        match self {
+            Raw::Tree(t) | Raw::Filled { tree: t, .. } => *t,
         }
     }
 }

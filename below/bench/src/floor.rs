@@ -47,7 +47,8 @@ pub fn record_floor(store_dir: &Path, root: &Path, phases: &Path, compress: bool
     let mount = bstats_collector::find_cgroup2_mount().unwrap_or_else(|_| root.to_path_buf());
     let procs = bstats_procs::Processes::new(bstats_procs::ProcessBackend::Bpf, &mount)?;
     c.set_processes(procs);
-    let mut tree = c.collect_sample()?.cgroup;
+    // Each sample: below's parts anew, this cgroup tree.
+    let mut sample = c.collect_sample()?.clone();
     let mode = bstats_store::compression_mode(compress, None)?;
     let mut w = bstats_store::Recorder::new(logger, store_dir, mode, None, None)?;
     let mut phases = std::fs::File::create(phases)
@@ -61,19 +62,19 @@ pub fn record_floor(store_dir: &Path, root: &Path, phases: &Path, compress: bool
         }
         let idle = lap.lap();
         let t = SystemTime::now();
-        let mut sample = c.collect_below()?;
+        let parts = c.collect_below()?;
         let below = lap.lap();
+        sample = model::Sample {
+            cgroup: std::mem::take(&mut sample.cgroup),
+            ..parts
+        };
+        let free = lap.lap();
         c.cgroups_mut()
             .bpf_pass()
             .context("no stat file is planned for BPF")??;
         let pass = lap.lap();
-        sample.cgroup = std::mem::take(&mut tree);
-        let mut frame = store::DataFrame { sample };
-        anyhow::ensure!(w.put(t, &frame), "floor: store write failed (logged)");
+        w.put(t, &sample).context("floor: store write failed")?;
         let write = lap.lap();
-        tree = std::mem::take(&mut frame.sample.cgroup);
-        drop(frame);
-        let free = lap.lap();
         let now = bstats_model::process_cpu_time();
         let cost = bstats_model::SampleCost {
             sample: n.into(),

@@ -1,5 +1,5 @@
 //! The cgroup collector: probes the kernel, plans a backend per file, and
-//! produces one [`Snapshot`] per sample.
+//! fills below's cgroup tree each sample, with a [`Report`] of what it did.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -20,13 +20,15 @@ use crate::table::Table;
 use crate::top::Ranker;
 use crate::BackendChoice;
 use crate::BackendKind;
+use crate::Elapsed;
 use crate::FileError;
 use crate::FileSet;
+use crate::FlatSample;
 use crate::Plan;
-use crate::Snapshot;
+use crate::Report;
 use crate::StatFile;
 use crate::TopN;
-use crate::TreeBuild;
+use crate::TreeFill;
 
 #[derive(Clone, Debug)]
 pub struct Options {
@@ -54,8 +56,6 @@ pub struct CgroupCollector {
     ranker: Option<Ranker>,
     /// Every cgroup, kept between samples.
     table: Table,
-    /// Whether the last sample ran the BPF pass.
-    passed: bool,
 }
 
 impl CgroupCollector {
@@ -104,7 +104,6 @@ impl CgroupCollector {
                 opts.filter.clone(),
                 opts.top.as_ref().and_then(|t| t.keep.clone()),
             ),
-            passed: false,
         })
     }
 
@@ -117,17 +116,27 @@ impl CgroupCollector {
         self.want
     }
 
-    /// One sample as a flat pre-order list (tests, measurements).
-    pub fn collect(&mut self) -> Snapshot {
-        let mut snap = self.sample();
-        snap.nodes = self.table.take_nodes();
-        snap
+    /// One sample into `tree`, below's cgroup tree: the tree this
+    /// collector filled last, unchanged (updated in place while the kept
+    /// cgroups are the same), or a default one (built anew).
+    pub fn sample(&mut self, tree: &mut CgroupSample) -> Report {
+        let mut report = self.read();
+        let (build, took) = Elapsed::of(|| self.table.fill_tree(tree));
+        report.tree = Some(TreeFill { build, took });
+        report
     }
 
-    /// One sample into the collector's table; the snapshot returned has
-    /// its errors, notes and count of cgroups left out, no nodes: below's
-    /// tree of it is [`CgroupCollector::take_tree`].
-    pub fn sample(&mut self) -> Snapshot {
+    /// One sample as a flat pre-order list (tests, measurements).
+    pub fn collect(&mut self) -> FlatSample {
+        let report = self.read();
+        FlatSample {
+            nodes: self.table.take_nodes(),
+            report,
+        }
+    }
+
+    /// One sample into the collector's table.
+    fn read(&mut self) -> Report {
         let mut read = self
             .plan
             .files_of(BackendKind::Read)
@@ -136,7 +145,7 @@ impl CgroupCollector {
             .plan
             .files_of(BackendKind::Stream)
             .intersection(self.want);
-        let mut snap = Snapshot::default();
+        let mut snap = Report::default();
         let mut streams = None;
         if let Some(st) = self.streams.as_mut() {
             match st.wait() {
@@ -156,7 +165,6 @@ impl CgroupCollector {
         let by = self.ranker.as_ref().map(|r| r.top.by);
         let table = &mut self.table;
         let errors = &mut snap.errors;
-        self.passed = false;
         let ranked = match &mut self.bpf {
             Some(bpf) => {
                 let files = self.plan.files_of(BackendKind::Bpf).intersection(self.want);
@@ -168,8 +176,8 @@ impl CgroupCollector {
                     .filter(|_| streams.is_none() && by.is_some_and(BpfBackend::ranks));
                 let ranks = top.is_some();
                 match bpf.collect(table, &mut self.walker, files, read, top, errors) {
-                    Ok(()) => {
-                        self.passed = true;
+                    Ok(pass) => {
+                        snap.pass = Some(pass);
                         ranks
                     }
                     Err(e) => {
@@ -212,19 +220,6 @@ impl CgroupCollector {
         snap
     }
 
-    /// below's tree of the last sample: the table's tree, updated in place
-    /// when it holds the same cgroups and was given back, and how it was
-    /// made. It is out until [`CgroupCollector::give_back`] (else the next
-    /// sample builds a new one, and says so).
-    pub fn take_tree(&mut self) -> (CgroupSample, TreeBuild) {
-        self.table.take_tree()
-    }
-
-    /// Gives back what [`CgroupCollector::take_tree`] returned.
-    pub fn give_back(&mut self, tree: CgroupSample) {
-        self.table.give_back(tree)
-    }
-
     /// Cgroups in the last sample (after top-N).
     pub fn cgroups(&self) -> usize {
         self.table.len()
@@ -234,15 +229,6 @@ impl CgroupCollector {
     /// two apart; `None` when no file is planned for BPF.
     pub fn bpf_pass(&mut self) -> Option<Result<u32>> {
         self.bpf.as_mut().map(|b| b.pass())
-    }
-
-    /// Thread CPU and wall time of the last sample's BPF pass (part of
-    /// [`CgroupCollector::collect`]); None when it had none.
-    pub fn last_pass(&self) -> Option<(Duration, Duration)> {
-        self.bpf
-            .as_ref()
-            .filter(|_| self.passed)
-            .map(|b| b.last_pass)
     }
 
     pub fn read_counters(&self) -> ReadCounters {
@@ -265,7 +251,7 @@ fn read_streams(
     walker: &mut Walker,
     files: FileSet,
     table: &mut Table,
-    snap: &mut Snapshot,
+    snap: &mut Report,
 ) {
     let mut stale = 0;
     for pos in 0..table.len() {

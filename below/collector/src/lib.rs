@@ -16,8 +16,9 @@
 //! 4. Backends fill the kept rows' samples: BPF decodes records
 //!    (`bpf::decode`), plain read and streams read the files the plan
 //!    gives them; a failed pass reads that sample as text.
-//! 5. [`CgroupCollector::take_tree`] gives below's nested tree, updated in
-//!    place while the kept cgroups are the same ones.
+//! 5. The table fills below's nested tree, which the caller keeps from
+//!    one sample to the next: updated in place while the kept cgroups are
+//!    the same ones.
 
 mod bpf;
 mod cgroupfs_ext;
@@ -64,9 +65,12 @@ pub use crate::plan::FileChoice;
 pub use crate::plan::Plan;
 pub use crate::plan::Support;
 pub use crate::read::Walker;
+pub use crate::snapshot::Elapsed;
 pub use crate::snapshot::FileError;
+pub use crate::snapshot::FlatSample;
 pub use crate::snapshot::Node;
-pub use crate::snapshot::Snapshot;
+pub use crate::snapshot::Report;
+pub use crate::snapshot::TreeFill;
 pub use crate::table::TreeBuild;
 pub use crate::top::TopBy;
 pub use crate::top::TopN;

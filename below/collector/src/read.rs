@@ -28,8 +28,8 @@ use crate::parse;
 use crate::table::Table;
 use crate::FileError;
 use crate::FileSet;
+use crate::FlatSample;
 use crate::PressureLines;
-use crate::Snapshot;
 use crate::StatFile;
 
 pub(crate) fn open_root(root: &Path) -> Result<OwnedFd> {
@@ -300,10 +300,10 @@ impl Walker {
 
     /// `files` of every cgroup as plain text, as a flat list: the files as
     /// they read now, for checking what a backend gave.
-    pub fn read_all(&mut self, files: FileSet) -> Snapshot {
+    pub fn read_all(&mut self, files: FileSet) -> FlatSample {
         let mut table = Table::default();
-        let mut snap = Snapshot::default();
-        self.walk(&mut table, files, &mut snap.errors);
+        let mut snap = FlatSample::default();
+        self.walk(&mut table, files, &mut snap.report.errors);
         snap.nodes = table.take_nodes();
         snap
     }

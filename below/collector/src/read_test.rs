@@ -4,15 +4,15 @@ use std::path::Path;
 use super::*;
 use regex::Regex;
 
-use crate::Snapshot;
+use crate::FlatSample;
 
 /// One walk of `root` into a new table, as a flat list.
-fn walk(root: &Path, filter: Option<Regex>, files: FileSet) -> Snapshot {
+fn walk(root: &Path, filter: Option<Regex>, files: FileSet) -> FlatSample {
     let mut table = Table::new(filter, None);
-    let mut snap = Snapshot::default();
+    let mut snap = FlatSample::default();
     Walker::new(root)
         .unwrap()
-        .walk(&mut table, files, &mut snap.errors);
+        .walk(&mut table, files, &mut snap.report.errors);
     snap.nodes = table.take_nodes();
     snap
 }
@@ -122,8 +122,8 @@ fn malformed_file_fails_that_file_only() {
     assert_eq!(b.memory_stat, None);
     assert_eq!(b.memory_current, Some(4096));
     assert_eq!(b.cpu_max.as_ref().unwrap().max_usec, -1);
-    assert_eq!(snap.errors.len(), 1, "{:?}", snap.errors);
-    let e = snap.errors[0].to_string();
+    assert_eq!(snap.report.errors.len(), 1, "{:?}", snap.report.errors);
+    let e = snap.report.errors[0].to_string();
     assert_eq!(e, "a/b/memory.stat: line 2: invalid number \"oops\"");
 }
 
@@ -138,7 +138,7 @@ fn partial_pressure_gives_no_pressure() {
     let snap = walk(t.path(), None, all_but_io());
     let a = &snap.nodes.iter().find(|n| n.name == "a").unwrap().sample;
     assert_eq!(a.pressure, None);
-    assert_eq!(snap.errors[0].file, StatFile::IoPressure);
+    assert_eq!(snap.report.errors[0].file, StatFile::IoPressure);
 }
 
 #[test]
@@ -159,7 +159,11 @@ fn vanished_cgroup_is_skipped() {
     fs::create_dir(t.path().join("gone")).unwrap();
     let snap = walk(t.path(), None, all_but_io());
     assert!(snap.nodes.iter().all(|n| n.name != "gone"));
-    assert!(snap.errors.iter().all(|e| !e.cgroup.starts_with("gone")));
+    assert!(snap
+        .report
+        .errors
+        .iter()
+        .all(|e| !e.cgroup.starts_with("gone")));
 }
 
 #[test]

@@ -64,7 +64,7 @@ fn stream_files_come_from_streams_and_fds_follow_cgroups() {
 
     let snap = c.collect();
     assert!(
-        snap.errors.is_empty() && snap.notes.is_empty(),
+        snap.report.errors.is_empty() && snap.report.notes.is_empty(),
         "{:?}",
         snap
     );
@@ -105,9 +105,9 @@ fn malformed_stream_record_fails_that_file() {
     fs::write(t.path().join("a/memory.stat.stream"), "anon x\n").unwrap();
     let mut c = CgroupCollector::new(&options(t.path(), None)).unwrap();
     let snap = c.collect();
-    assert_eq!(snap.errors.len(), 1);
+    assert_eq!(snap.report.errors.len(), 1);
     assert_eq!(
-        snap.errors[0].to_string(),
+        snap.report.errors[0].to_string(),
         "a/memory.stat: line 1: invalid number \"x\""
     );
     let a = &snap.nodes.iter().find(|n| n.name == "a").unwrap().sample;
@@ -182,7 +182,7 @@ fn top_n_ranks_streamed_values_not_the_text() {
     let snap = c.collect();
     let names: Vec<&str> = snap.nodes.iter().map(|n| n.name.as_str()).collect();
     assert_eq!(names, ["", "a"]);
-    assert_eq!(snap.dropped, 1);
+    assert_eq!(snap.report.dropped, 1);
     let a = &snap.nodes[1].sample;
     assert_eq!(a.cpu_stat.as_ref().unwrap().usage_usec, Some(7));
     assert_eq!(a.memory_current, Some(4096));

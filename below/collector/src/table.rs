@@ -10,9 +10,9 @@
 //!    siblings never share a name in below's tree (see [`build`]).
 //! 2. choose and fill: top-N keeps some rows ([`Table::retain`], the one
 //!    selection in `top`), and backends fill each kept row's sample.
-//! 3. publish: [`Table::take_tree`] gives below's nested tree, updated in
-//!    place while the kept cgroups are the same ones (the shape
-//!    generation), else built anew.
+//! 3. publish: [`Table::fill_tree`] fills below's nested tree, which its
+//!    caller keeps: updated in place while the kept cgroups are the same
+//!    ones (the shape generation), else built anew.
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
@@ -50,29 +50,20 @@ pub(crate) struct Row {
     pos: usize,
 }
 
-/// How [`Table::take_tree`] made the tree it gave.
+/// How [`Table::fill_tree`] made the tree.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum TreeBuild {
-    /// The tree given back, its samples swapped in: no allocation.
+    /// The tree filled last, its samples swapped in: no allocation.
     InPlace,
-    /// A new tree: the first, or the kept cgroups changed.
+    /// A new tree: the first, another one, or the kept cgroups changed.
     New,
-    /// A new tree because the last one was not given back: a caller's
-    /// cost, not the cgroups'.
-    NotGivenBack,
 }
 
-/// below's nested tree, kept between samples.
+/// The shape of the tree [`Table::fill_tree`] filled last.
 #[derive(Debug, Default)]
-struct Nested {
-    root: CgroupSample,
-    /// The generation it holds; None when out or never built.
-    generation: Option<u64>,
-    /// The generation of the tree while it is out.
-    out: Option<u64>,
-    /// Taken again while out: which tree comes back is unknown.
-    lost: bool,
+struct Filled {
+    generation: u64,
     /// The id of each of its nodes, in its own pre-order (children by
     /// name).
     order: Vec<u64>,
@@ -93,7 +84,7 @@ pub(crate) struct Table {
     /// order as at the last sample; `shape` is what it was computed from.
     generation: u64,
     shape: Vec<u64>,
-    tree: Nested,
+    filled: Option<Filled>,
     filter: Option<Regex>,
     keep: Option<Regex>,
     /// Rows left out by top-N this sample.
@@ -280,56 +271,41 @@ impl Table {
         self.generation
     }
 
-    /// below's nested tree of this sample: the tree given back, updated in
-    /// place when its generation is this sample's (each node swaps samples
-    /// with its position, so the position keeps the node's earlier
-    /// allocations), else a new one. The tree is out until
-    /// [`Table::give_back`]; a sample taken while it is out builds a new
-    /// one.
-    pub(crate) fn take_tree(&mut self) -> (CgroupSample, TreeBuild) {
+    /// Fills `tree` with below's nested tree of this sample. `tree` is the
+    /// one filled last, unchanged (updated in place when its generation is
+    /// this sample's: each node swaps samples with its position, so the
+    /// position keeps the node's earlier allocations), or a default one
+    /// (built anew, as when the cgroups changed).
+    pub(crate) fn fill_tree(&mut self, tree: &mut CgroupSample) -> TreeBuild {
         let generation = self.update_generation();
-        let how = if self.tree.generation == Some(generation) {
-            TreeBuild::InPlace
-        } else if self.tree.out.is_some() {
-            TreeBuild::NotGivenBack
-        } else {
-            TreeBuild::New
-        };
-        if how == TreeBuild::InPlace {
+        // A filled tree always has children (a leaf's map is empty).
+        let filled = self
+            .filled
+            .as_ref()
+            .filter(|f| f.generation == generation && tree.children.is_some());
+        if let Some(filled) = filled {
             // Each node takes the sample of its own id: the generation
             // says the ids are the same, the tree's order which is where.
-            let order = &self.tree.order;
             let (rows, samples) = (&self.rows, &mut self.samples);
-            let mut next = order.iter();
-            visit(&mut self.tree.root, &mut |node| {
+            let mut next = filled.order.iter();
+            visit(tree, &mut |node| {
                 let id = next.next().expect("a node per position");
                 std::mem::swap(node, &mut samples[rows[id].pos]);
             });
-        } else {
-            // Freed before the new one is built: one tree at a time.
-            self.tree.root = CgroupSample::default();
-            let names: Vec<&str> = (0..self.ids.len())
-                .map(|p| self.rows[&self.ids[p]].name.as_str())
-                .collect();
-            let (root, order) = build(&self.parents, &names, &self.ids, &mut self.samples);
-            self.tree.root = root;
-            self.tree.order = order.into_iter().map(|p| self.ids[p]).collect();
+            return TreeBuild::InPlace;
         }
-        // Out until given back.
-        self.tree.generation = None;
-        self.tree.lost = self.tree.out.is_some();
-        self.tree.out = Some(generation);
-        (std::mem::take(&mut self.tree.root), how)
-    }
-
-    /// Gives back what [`Table::take_tree`] returned, unchanged. When two
-    /// were out, the one given back may be the older: it is dropped.
-    pub(crate) fn give_back(&mut self, root: CgroupSample) {
-        let out = self.tree.out.take();
-        if !std::mem::take(&mut self.tree.lost) {
-            self.tree.root = root;
-            self.tree.generation = out;
-        }
+        // Freed before the new one is built: one tree at a time.
+        *tree = CgroupSample::default();
+        let names: Vec<&str> = (0..self.ids.len())
+            .map(|p| self.rows[&self.ids[p]].name.as_str())
+            .collect();
+        let (root, order) = build(&self.parents, &names, &self.ids, &mut self.samples);
+        *tree = root;
+        self.filled = Some(Filled {
+            generation,
+            order: order.into_iter().map(|p| self.ids[p]).collect(),
+        });
+        TreeBuild::New
     }
 
     /// This sample as a flat pre-order list, its samples moved out.

@@ -43,6 +43,13 @@ fn index(t: &mut Table, cgroups: &[(u64, Option<usize>, &str)], tids: u64) -> us
     named
 }
 
+/// A tree filled anew.
+fn tree(t: &mut Table) -> CgroupSample {
+    let mut tree = CgroupSample::default();
+    t.fill_tree(&mut tree);
+    tree
+}
+
 fn node<'a>(t: &'a CgroupSample, path: &[&str]) -> &'a CgroupSample {
     let mut n = t;
     for p in path {
@@ -55,7 +62,7 @@ fn node<'a>(t: &'a CgroupSample, path: &[&str]) -> &'a CgroupSample {
 fn builds_nested_tree_from_preorder() {
     let mut t = Table::default();
     index(&mut t, TREE, 0);
-    let root = t.take_tree().0;
+    let root = tree(&mut t);
     assert_eq!(root.inode_number, Some(1));
     let top = root.children.as_ref().unwrap();
     assert_eq!(top.keys().collect::<Vec<_>>(), ["a", "b"]);
@@ -78,7 +85,7 @@ fn empty_table_gives_empty_root() {
     let mut t = Table::default();
     index(&mut t, &[], 0);
     assert_eq!(t.len(), 0);
-    assert_eq!(t.take_tree().0, CgroupSample::default());
+    assert_eq!(tree(&mut t), CgroupSample::default());
 }
 
 #[test]
@@ -113,15 +120,13 @@ fn the_filter_skips_subtrees_and_keep_marks_paths() {
 fn same_cgroups_update_the_tree_in_place() {
     let mut t = Table::default();
     index(&mut t, TREE, 7);
-    let (root, how) = t.take_tree();
-    assert_eq!(how, TreeBuild::New);
-    t.give_back(root);
+    let mut root = CgroupSample::default();
+    assert_eq!(t.fill_tree(&mut root), TreeBuild::New);
     index(&mut t, TREE, 8);
     // The positions hold what an earlier sample left (the tree's nodes
     // swap with them): a backend may reuse it.
     assert_eq!(t.sample(0).tids_current, Some(8));
-    let (root, how) = t.take_tree();
-    assert_eq!(how, TreeBuild::InPlace);
+    assert_eq!(t.fill_tree(&mut root), TreeBuild::InPlace);
     assert_eq!(node(&root, &["a", "x", "deep"]).tids_current, Some(8));
     assert_eq!(node(&root, &["b"]).tids_current, Some(8));
     assert_eq!(node(&root, &["a", "y"]).inode_number, Some(5));
@@ -130,23 +135,21 @@ fn same_cgroups_update_the_tree_in_place() {
 }
 
 #[test]
-fn a_tree_not_given_back_or_other_cgroups_build_anew() {
+fn another_tree_or_other_cgroups_build_anew() {
     let mut t = Table::default();
     index(&mut t, TREE, 1);
-    let kept_out = t.take_tree().0;
-    // Out for a sample: the next one builds its own.
+    let kept = tree(&mut t);
+    // A default tree (the one filled last was moved out): built anew.
     index(&mut t, TREE, 2);
-    let (root, how) = t.take_tree();
-    assert_eq!(how, TreeBuild::NotGivenBack, "said, not silent");
+    let mut root = CgroupSample::default();
+    assert_eq!(t.fill_tree(&mut root), TreeBuild::New);
     assert_eq!(node(&root, &["a", "x", "deep"]).tids_current, Some(2));
-    assert_eq!(node(&kept_out, &["a", "x", "deep"]).tids_current, Some(1));
-    t.give_back(root);
+    assert_eq!(node(&kept, &["a", "x", "deep"]).tids_current, Some(1));
     // "b" gone and "c" in its place: another shape.
     let mut other = TREE.to_vec();
     other[1] = (9, Some(0), "c");
     index(&mut t, &other, 3);
-    let (root, how) = t.take_tree();
-    assert_eq!(how, TreeBuild::New, "another shape");
+    assert_eq!(t.fill_tree(&mut root), TreeBuild::New, "another shape");
     assert_eq!(
         root.children.as_ref().unwrap().keys().collect::<Vec<_>>(),
         ["a", "c"]
@@ -170,7 +173,7 @@ fn retain_keeps_positions_parents_and_samples() {
     assert_eq!(t.position(3), Some(2));
     assert_eq!(t.position(6), None, "left out");
     assert!(t.knows(6), "but still seen: its rate history stays");
-    let root = t.take_tree().0;
+    let root = tree(&mut t);
     assert_eq!(node(&root, &["a", "x", "deep"]).inode_number, Some(4));
     assert!(!root.children.as_ref().unwrap().contains_key("b"));
 }
@@ -188,23 +191,6 @@ fn truncate_takes_back_a_removed_subtree() {
     assert_eq!(b, 1);
     assert_eq!(t.len(), 2);
     assert!(!t.knows(2) && !t.knows(3), "not in the index: forgotten");
-}
-
-#[test]
-fn of_two_trees_out_none_comes_back() {
-    let mut t = Table::default();
-    index(&mut t, TREE, 1);
-    let first = t.take_tree().0;
-    let mut other = TREE.to_vec();
-    other.pop();
-    index(&mut t, &other, 2);
-    let _second = t.take_tree().0;
-    // The older one (another shape) must not be updated as the newer.
-    t.give_back(first);
-    index(&mut t, &other, 3);
-    let root = t.take_tree().0;
-    assert_eq!(node(&root, &["a", "x"]).tids_current, Some(3));
-    assert_eq!(node(&root, &["a", "x"]).children, Some(BTreeMap::new()));
 }
 
 #[test]
@@ -251,19 +237,19 @@ fn siblings_that_show_alike_stay_apart() {
         t.end();
     };
     let mut t = Table::default();
+    let mut root = CgroupSample::default();
     for tids in [100, 200] {
         run(&mut t, &[3, 2], tids);
-        let (root, how) = t.take_tree();
+        let how = t.fill_tree(&mut root);
         let children = root.children.as_ref().unwrap();
         assert_eq!(children.len(), 2, "{children:?}");
         assert_eq!(children["n\\xff"].inode_number, Some(2));
         assert_eq!(children["n\\xff#3"].inode_number, Some(3));
         assert_eq!(children["n\\xff#3"].tids_current, Some(tids + 3));
         assert_eq!(how == TreeBuild::InPlace, tids == 200);
-        t.give_back(root);
     }
     run(&mut t, &[5, 4], 300);
-    let children = t.take_tree().0.children.unwrap();
+    let children = tree(&mut t).children.unwrap();
     assert_eq!(children["n\\xff"].inode_number, Some(4));
     assert_eq!(children["n\\xff#5"].inode_number, Some(5));
 }
@@ -273,10 +259,10 @@ fn siblings_that_show_alike_stay_apart() {
 #[test]
 fn a_name_made_again_keeps_its_name() {
     let mut t = Table::default();
-    let tree = |id| [(1, None, ""), (id, Some(0), "c0")];
-    index(&mut t, &tree(2), 0);
-    index(&mut t, &tree(3), 0);
-    let root = t.take_tree().0;
+    let cgroups = |id| [(1, None, ""), (id, Some(0), "c0")];
+    index(&mut t, &cgroups(2), 0);
+    index(&mut t, &cgroups(3), 0);
+    let root = tree(&mut t);
     assert_eq!(root.children.as_ref().unwrap().len(), 1);
     assert_eq!(node(&root, &["c0"]).inode_number, Some(3));
 }

@@ -12,8 +12,8 @@ use std::time::Duration;
 use bstats_collector::BackendChoice;
 use bstats_collector::BackendKind;
 use bstats_collector::CgroupCollector;
+use bstats_collector::FlatSample;
 use bstats_collector::Options;
-use bstats_collector::Snapshot;
 use bstats_collector::StatFile;
 use bstats_collector::TopBy;
 use bstats_collector::TopN;
@@ -34,13 +34,13 @@ fn usage_usec(cgroup: &Path) -> u64 {
 /// One sample; checks it kept the root and `busy` only, `busy`'s usage
 /// where the file's reads around it put it, and the root's cgroup.stat
 /// (a field of the full record only) as the tree has it.
-fn sample(c: &mut CgroupCollector, busy: &Path, cgroups: usize) -> Snapshot {
+fn sample(c: &mut CgroupCollector, busy: &Path, cgroups: usize) -> FlatSample {
     let before = usage_usec(busy);
     let snap = c.collect();
     let after = usage_usec(busy);
     let names: Vec<&str> = snap.nodes.iter().map(|n| n.name.as_str()).collect();
-    assert_eq!(names, ["", "busy"], "notes: {:?}", snap.notes);
-    assert_eq!(snap.dropped, cgroups - 2);
+    assert_eq!(names, ["", "busy"], "notes: {:?}", snap.report.notes);
+    assert_eq!(snap.report.dropped, cgroups - 2);
     let usage = snap.nodes[1]
         .sample
         .cpu_stat

@@ -2,8 +2,21 @@
 //!
 //! below 0.9's `model::Collector` has no seam for another cgroup reader: the
 //! non-cgroup parts of the sample (procfs, system, network) come from
-//! below's own readers, assembled in [`rest`], and the cgroup tree is the
-//! one built from our [`bstats_collector::Snapshot`].
+//! below's own readers, assembled in [`rest`], and the cgroup tree is
+//! filled by our [`bstats_collector::CgroupCollector`].
+//!
+//! A recorder's sample, top to bottom ([`Collector::collect_sample`]):
+//!
+//! | step | by | into |
+//! | --- | --- | --- |
+//! | processes, system, network | `rest` (below's readers; processes by the task iterator or procfs) | a new sample's non-cgroup parts |
+//! | the previous sample's non-cgroup parts dropped | | |
+//! | cgroups: one pass or the files, per the plan | `bstats_collector` | the collector's table |
+//! | below's cgroup tree | the table | the kept sample's tree, in place while the cgroups are the same |
+//! | lent as `&Sample` | the caller (`record`) | the endpoint, then the store |
+//!
+//! The sample stays the collector's: the caller borrows it until the next
+//! sample; `live` takes its samples out ([`Collector::collect_and_update_model`]).
 
 mod rest;
 
@@ -13,7 +26,8 @@ use std::time::SystemTime;
 
 use anyhow::Result;
 use bstats_collector::CgroupCollector;
-use bstats_collector::Snapshot;
+use bstats_collector::Elapsed;
+use bstats_collector::Report;
 use bstats_collector::TreeBuild;
 use model::Model;
 use model::Sample;
@@ -107,7 +121,7 @@ pub struct SampleCost {
     pub publish: Option<Phase>,
     /// The store write.
     pub store: Phase,
-    /// Giving the sample back (or dropping it).
+    /// Dropping the previous sample's non-cgroup parts.
     pub drop: Phase,
     /// The loop outside the phases: sleeping, logging, this record.
     pub idle: Phase,
@@ -174,15 +188,26 @@ pub struct SampleTimes {
     /// The BPF iterator pass, part of `cgroups` (None: no pass this sample).
     pub pass: Option<Phase>,
     /// Our cgroup collector: the iterator pass and decoding (or the file
-    /// reads), into the kept tree (in place while the cgroups stay the
-    /// same, else a new tree).
+    /// reads), into its table.
     pub cgroups: Phase,
-    /// Taking the tree out for the sample.
+    /// Filling below's tree from the table (in place while the cgroups
+    /// stay the same, else a new tree).
     pub tree: Phase,
     /// How it was made (None before the first sample).
     pub tree_build: Option<TreeBuild>,
     /// below's own collector (procfs, system, network).
     pub rest: Phase,
+    /// Dropping the previous sample's non-cgroup parts.
+    pub drop: Phase,
+}
+
+impl From<Elapsed> for Phase {
+    fn from(e: Elapsed) -> Phase {
+        Phase {
+            cpu: e.cpu,
+            wall: e.wall,
+        }
+    }
 }
 
 /// Parts of [`SampleTimes::rest`] (the optional ethtool, resctrl and btrfs
@@ -202,6 +227,10 @@ pub struct Collector {
     logger: slog::Logger,
     rest: rest::Rest,
     cgroups: CgroupCollector,
+    /// The last sample, lent by [`Collector::collect_sample`]; its tree is
+    /// the one the cgroup collector fills in place.
+    sample: Sample,
+    /// The last sample a model was made of, for `live`'s next model.
     prev: Option<(Sample, Instant)>,
     /// Errors of the previous sample, to log only changes.
     last_errors: usize,
@@ -220,6 +249,7 @@ impl Collector {
             rest: rest::Rest::new(logger.clone(), below_opts),
             logger,
             cgroups,
+            sample: Sample::default(),
             prev: None,
             last_errors: 0,
             times: SampleTimes::default(),
@@ -254,50 +284,49 @@ impl Collector {
         self.rest.collect()
     }
 
-    pub fn collect_sample(&mut self) -> Result<Sample> {
+    /// Collects a sample and lends it until the next one.
+    pub fn collect_sample(&mut self) -> Result<&Sample> {
         let mut lap = Lap::start();
-        let mut sample = self.collect_below()?;
+        let below = self.collect_below()?;
         let rest = lap.lap();
-        let snap = self.cgroups.sample();
-        let cgroups = lap.lap();
-        self.report_errors(&snap);
-        if snap.dropped > 0 {
+        let tree = std::mem::take(&mut self.sample.cgroup);
+        self.sample = Sample {
+            cgroup: tree,
+            ..below
+        };
+        let drop = lap.lap();
+        let report = self.cgroups.sample(&mut self.sample.cgroup);
+        let mut cgroups = lap.lap();
+        self.report_errors(&report);
+        if report.dropped > 0 {
             debug!(
                 self.logger,
                 "cgroup top-N: {} cgroups stored, {} left out",
                 self.cgroups.cgroups(),
-                snap.dropped
+                report.dropped
             );
         }
-        let (tree, build) = self.cgroups.take_tree();
-        sample.cgroup = tree;
+        let tree = report.tree.expect("a sample fills the tree");
+        cgroups.cpu = cgroups.cpu.saturating_sub(tree.took.cpu);
+        cgroups.wall = cgroups.wall.saturating_sub(tree.took.wall);
         self.times = SampleTimes {
-            pass: self
-                .cgroups
-                .last_pass()
-                .map(|(cpu, wall)| Phase { cpu, wall }),
+            pass: report.pass.map(Phase::from),
             rest,
             cgroups,
-            tree: lap.lap(),
-            tree_build: Some(build),
+            tree: tree.took.into(),
+            tree_build: Some(tree.build),
+            drop,
         };
-        Ok(sample)
+        Ok(&self.sample)
     }
 
-    /// Gives back a sample once written: its cgroup tree takes the next
-    /// sample in place when the cgroups are the same (a sample not given
-    /// back costs a new tree).
-    pub fn recycle(&mut self, sample: Sample) {
-        self.cgroups.give_back(sample.cgroup);
-    }
-
-    fn report_errors(&mut self, snap: &Snapshot) {
-        for note in &snap.notes {
+    fn report_errors(&mut self, report: &Report) {
+        for note in &report.notes {
             warn!(self.logger, "{}", note);
         }
-        let n = snap.errors.len();
+        let n = report.errors.len();
         if n != 0 && n != self.last_errors {
-            for e in snap.errors.iter().take(3) {
+            for e in report.errors.iter().take(3) {
                 warn!(self.logger, "cgroup stat file skipped: {}", e);
             }
             if n > 3 {
@@ -312,8 +341,8 @@ impl Collector {
     }
 
     /// Collects a sample and the model of it against the previous one
-    /// (kept for the next model: its tree is not given back, so each
-    /// sample builds one).
+    /// (taken out and kept for the next model: each sample builds a new
+    /// tree).
     pub fn collect_and_update_model(&mut self) -> Result<Model> {
         self.collect_and_update_model_as(Ok)
     }
@@ -325,7 +354,8 @@ impl Collector {
         shown: impl FnOnce(Sample) -> Result<Sample>,
     ) -> Result<Model> {
         let now = Instant::now();
-        let sample = shown(self.collect_sample()?)?;
+        self.collect_sample()?;
+        let sample = shown(std::mem::take(&mut self.sample))?;
         let model = Model::new(
             SystemTime::now(),
             &sample,

@@ -51,9 +51,9 @@ fn ours(root: &Path) -> CgroupSample {
         top: None,
     })
     .unwrap();
-    let snap = c.sample();
-    assert!(snap.errors.is_empty(), "{:?}", snap.errors);
-    let (mut t, _) = c.take_tree();
+    let mut t = CgroupSample::default();
+    let report = c.sample(&mut t);
+    assert!(report.errors.is_empty(), "{:?}", report.errors);
     without_pressure_avgs(&mut t);
     t
 }

@@ -125,8 +125,7 @@ mod test {
                 ..Default::default()
             };
             sample.cgroup.children = Some([("x\x1b[2J".to_string(), c)].into());
-            w.put(at(base + s as u64), &store::DataFrame { sample })
-                .unwrap();
+            w.put(at(base + s as u64), &sample).unwrap();
         }
         let c = rewrite(&logger(), d.path(), at(base + 5), at(base + 6)).unwrap();
         assert_eq!(c.frames(), 3, "5, 6 and the sample before them (1)");

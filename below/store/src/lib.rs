@@ -22,12 +22,12 @@ use anyhow::bail;
 use anyhow::Context;
 use anyhow::Result;
 use bstats_collector::Plan;
+use model::Sample;
 use serde::Deserialize;
 use serde::Serialize;
 use slog::info;
 use slog::warn;
 use store::CompressionMode;
-use store::DataFrame;
 
 pub mod clean;
 pub mod escape;
@@ -145,19 +145,19 @@ impl Recorder {
         })
     }
 
-    /// Appends a sample, then applies retention and the size limit. Returns
-    /// whether the sample landed; failures are logged here. (The frame is
-    /// borrowed so a caller can time dropping it on its own.)
-    pub fn put(&mut self, timestamp: SystemTime, frame: &DataFrame) -> bool {
-        let written = match self.write(timestamp, frame) {
+    /// Appends a sample, then applies retention and the size limit. A
+    /// failed write is logged here (the first of a kind, then a count, as
+    /// [`FailureLog`] does) and returned.
+    pub fn put(&mut self, timestamp: SystemTime, sample: &Sample) -> Result<()> {
+        let written = match self.write(timestamp, sample) {
             Ok(()) => {
                 self.write_failures.succeed(&self.logger);
-                true
+                Ok(())
             }
             Err((kind, e)) => {
                 self.stale = true;
                 self.write_failures.fail(&self.logger, kind, &e);
-                false
+                Err(e)
             }
         };
         match self.cleanup(timestamp) {
@@ -172,7 +172,7 @@ impl Recorder {
     fn write(
         &mut self,
         timestamp: SystemTime,
-        frame: &DataFrame,
+        sample: &Sample,
     ) -> std::result::Result<(), (FailureKind, anyhow::Error)> {
         let classify = |e: anyhow::Error| (FailureKind::of(&e), e);
         if self.writer.is_some() && dir_id(&self.dir).ok() != Some(self.dir_id) {
@@ -198,7 +198,7 @@ impl Recorder {
             self.stale = false;
         }
         let w = self.writer.as_mut().expect("opened above");
-        w.put(timestamp, frame)
+        w.put(timestamp, sample)
             .context("Failed to write sample to the store")
             .map_err(classify)?;
         Ok(())
@@ -361,10 +361,6 @@ pub fn read_backend_records(dir: &Path) -> Result<Vec<BackendRecord>> {
 mod test {
     use bstats_collector::BackendChoice;
 
-    fn frame(sample: model::Sample) -> DataFrame {
-        DataFrame { sample }
-    }
-
     use super::*;
 
     fn plan() -> Plan {
@@ -451,7 +447,7 @@ mod test {
         let mut sample = model::Sample::default();
         sample.cgroup.memory_current = Some(42);
         let t = SystemTime::now();
-        assert!(r.put(t, &frame(sample.clone())));
+        r.put(t, &sample.clone()).unwrap();
         r.wait_durable();
         let (_, frame) = store::read_next_sample(
             d.path(),
@@ -478,10 +474,8 @@ mod test {
         let mut r = Recorder::with_sync(logger.clone(), d.path(), mode, None, None, hour).unwrap();
         let t0 = SystemTime::now();
         for i in 0..3 {
-            assert!(r.put(
-                t0 + Duration::from_secs(i),
-                &frame(model::Sample::default())
-            ));
+            r.put(t0 + Duration::from_secs(i), &model::Sample::default())
+                .unwrap();
         }
         let index_bytes = || -> u64 {
             std::fs::read_dir(d.path())
@@ -522,7 +516,7 @@ mod test {
         let mode = CompressionMode::None;
         let mut r = Recorder::with_sync(logger.clone(), d.path(), mode, None, None, hour).unwrap();
         let t0 = SystemTime::now();
-        assert!(r.put(t0, &frame(model::Sample::default())));
+        r.put(t0, &model::Sample::default()).unwrap();
         let index = std::fs::read_dir(d.path())
             .unwrap()
             .flatten()
@@ -536,13 +530,12 @@ mod test {
             .write_all(&[0xff; 32])
             .unwrap();
         r.wait_durable();
-        assert!(!r.put(
-            t0 + Duration::from_secs(1),
-            &frame(model::Sample::default())
-        ));
+        assert!(r
+            .put(t0 + Duration::from_secs(1), &model::Sample::default())
+            .is_err());
         let mut sample = model::Sample::default();
         sample.cgroup.memory_current = Some(9);
-        assert!(r.put(t0 + Duration::from_secs(2), &frame(sample)));
+        r.put(t0 + Duration::from_secs(2), &sample).unwrap();
         r.wait_durable();
         assert_eq!(
             std::fs::metadata(&index).unwrap().len(),
@@ -562,11 +555,11 @@ mod test {
         let logger = slog::Logger::root(slog::Discard, slog::o!());
         let mut r = Recorder::new(logger.clone(), &dir, CompressionMode::Zstd, None, None).unwrap();
         let t0 = SystemTime::now();
-        assert!(r.put(t0, &frame(model::Sample::default())));
+        r.put(t0, &model::Sample::default()).unwrap();
         std::fs::remove_dir_all(&dir).unwrap();
         let mut sample = model::Sample::default();
         sample.cgroup.memory_current = Some(7);
-        assert!(r.put(t0 + Duration::from_secs(1), &frame(sample)));
+        r.put(t0 + Duration::from_secs(1), &sample).unwrap();
         r.wait_durable();
         let (_, frame) = store::read_next_sample(&dir, t0, store::Direction::Forward, logger)
             .unwrap()
@@ -586,7 +579,7 @@ mod test {
         let dir = d.path().join("log/store");
         let logger = slog::Logger::root(slog::Discard, slog::o!());
         let mut r = Recorder::new(logger, &dir, CompressionMode::Zstd, None, None).unwrap();
-        assert!(r.put(SystemTime::now(), &frame(model::Sample::default())));
+        r.put(SystemTime::now(), &model::Sample::default()).unwrap();
         append_backend_record(
             &dir,
             &BackendRecord {
@@ -653,7 +646,7 @@ mod test {
         let mut r =
             Recorder::new(logger.clone(), &dir, CompressionMode::None, Some(day), None).unwrap();
         for i in 0..4 {
-            assert!(r.put(t0 + day * i, &frame(model::Sample::default())));
+            r.put(t0 + day * i, &model::Sample::default()).unwrap();
         }
         // At day 3, day 2's shard still holds samples newer than a day ago.
         assert_eq!(shards(&dir), [shard(2), shard(3)]);
@@ -661,7 +654,7 @@ mod test {
         let dir = d.path().join("size");
         let mut r = Recorder::new(logger, &dir, CompressionMode::None, None, Some(1)).unwrap();
         for i in 0..3 {
-            assert!(r.put(t0 + day * i, &frame(model::Sample::default())));
+            r.put(t0 + day * i, &model::Sample::default()).unwrap();
         }
         assert_eq!(shards(&dir), [shard(2)], "only the active shard");
         assert!(r.over_size_limit);

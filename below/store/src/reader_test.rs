@@ -23,7 +23,7 @@ fn store_with(dir: &Path, mode: CompressionMode, secs: &[u64]) {
     for s in secs {
         let mut sample = model::Sample::default();
         sample.cgroup.memory_current = Some(*s as i64);
-        w.put(at(BASE + s), &DataFrame { sample }).unwrap();
+        w.put(at(BASE + s), &sample).unwrap();
     }
 }
 

@@ -59,7 +59,7 @@ pub fn copy_frames(
                     .with_context(|| format!("Failed to open store {}", to.display()))?,
             ),
         };
-        w.put(ts, &frame)
+        w.put(ts, &frame.sample)
             .with_context(|| format!("Failed to write to {}", to.display()))?;
         n += 1;
         // The store's resolution is one second.

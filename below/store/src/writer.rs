@@ -34,11 +34,12 @@ use std::time::SystemTime;
 
 use anyhow::Context;
 use anyhow::Result;
+use model::Sample;
+use serde::Serialize;
 use slog::info;
 use slog::warn;
 use store::compression::Compressor;
 use store::CompressionMode;
-use store::DataFrame;
 
 use crate::sync::Pending;
 use crate::sync::Syncer;
@@ -113,6 +114,13 @@ pub fn crc32(data: &[u8]) -> u32 {
         crc = (crc >> 8) ^ t[0][((crc ^ b as u32) & 0xFF) as usize];
     }
     crc
+}
+
+/// below's `DataFrame` of a borrowed sample: its CBOR is the same bytes
+/// (one field, `sample`), with no copy of the sample to own one.
+#[derive(Serialize)]
+struct Frame<'a> {
+    sample: &'a Sample,
 }
 
 /// Appends frames to the current day's shard of one store directory.
@@ -224,8 +232,9 @@ impl Writer {
         })
     }
 
-    /// Appends `frame` at `t`, in a new shard when `t` is in another day.
-    pub fn put(&mut self, t: SystemTime, frame: &DataFrame) -> Result<()> {
+    /// Appends `sample` at `t`, in a new shard when `t` is in another day.
+    pub fn put(&mut self, t: SystemTime, sample: &Sample) -> Result<()> {
+        let frame = Frame { sample };
         let shard = shard_of(t);
         if shard != self.shard {
             // The old shard stays locked until the new one holds a frame.
@@ -236,14 +245,14 @@ impl Writer {
                 shard,
                 self.syncer.clone(),
             )?;
-            next.append(t, frame)?;
+            next.append(t, &frame)?;
             *self = next;
             return Ok(());
         }
-        self.append(t, frame)
+        self.append(t, &frame)
     }
 
-    fn append(&mut self, t: SystemTime, frame: &DataFrame) -> Result<()> {
+    fn append(&mut self, t: SystemTime, frame: &Frame) -> Result<()> {
         // Entries of a dictionary chunk, as a power of two (0: no chunks).
         let chunk_po2 = match self.mode {
             CompressionMode::ZstdDictionary(k) => k.0,
@@ -446,10 +455,10 @@ mod test {
         assert_eq!(!crc32(b"123456789"), 0xCBF4_3926);
     }
 
-    fn frames() -> Vec<DataFrame> {
+    fn frames() -> Vec<store::DataFrame> {
         (0..5u64)
             .map(|i| {
-                let mut f = DataFrame::default();
+                let mut f = store::DataFrame::default();
                 f.sample.system.hostname = format!("host-{i}");
                 f.sample.system.kernel_version = Some("7.3.4".repeat(i as usize + 1));
                 f
@@ -509,7 +518,7 @@ mod test {
                     store::StoreWriter::new(log(), theirs.path(), mode, store::Format::Cbor)
                         .unwrap();
                 for i in run {
-                    w.put(times[i], &frames()[i]).unwrap();
+                    w.put(times[i], &frames()[i].sample).unwrap();
                     b.put(times[i], &frames()[i]).unwrap();
                 }
             }
@@ -534,7 +543,7 @@ mod test {
         let day = |d: u64| SystemTime::UNIX_EPOCH + Duration::from_secs((20_000 + d) * SHARD_SECS);
         let mut w = Writer::new(log, dir.path(), CompressionMode::None, day(0)).unwrap();
         for d in 0..3 {
-            w.put(day(d), &frames()[0]).unwrap();
+            w.put(day(d), &frames()[0].sample).unwrap();
         }
         assert_eq!(files(dir.path()).len(), 6);
         w.discard_earlier(day(1)).unwrap();
@@ -560,7 +569,8 @@ mod test {
             let dir = tempfile::tempdir().unwrap();
             let mut w = Writer::new(log(), dir.path(), mode, t0).unwrap();
             for (i, f) in frames().iter().enumerate() {
-                w.put(t0 + Duration::from_secs(i as u64), f).unwrap();
+                w.put(t0 + Duration::from_secs(i as u64), &f.sample)
+                    .unwrap();
             }
             drop(w);
             let shard = shard_of(t0);
@@ -584,7 +594,8 @@ mod test {
                 "{damage}"
             );
             // And the store takes samples again, after the cut.
-            w.put(t0 + Duration::from_secs(10), &frames()[1]).unwrap();
+            w.put(t0 + Duration::from_secs(10), &frames()[1].sample)
+                .unwrap();
             drop(w);
             let mut seen = Vec::new();
             let mut t = t0;

@@ -42,7 +42,6 @@ mod walk_test;
 use std::collections::HashMap;
 use std::ffi::OsString;
 use std::path::PathBuf;
-use std::time::Duration;
 use std::time::Instant;
 
 use anyhow::Result;
@@ -63,6 +62,7 @@ use crate::read::RootText;
 use crate::read::Walker;
 use crate::table::Table;
 use crate::top::Ranker;
+use crate::Elapsed;
 use crate::FileError;
 use crate::FileSet;
 use crate::StatFile;
@@ -76,8 +76,6 @@ pub(crate) struct BpfBackend {
     records: Vec<usize>,
     root_text: Option<RootText>,
     prev_cputime: PrevCputime,
-    /// Thread CPU and wall time of the last sample's pass.
-    pub(crate) last_pass: (Duration, Duration),
 }
 
 /// A pass's records indexed into the table.
@@ -95,7 +93,6 @@ impl BpfBackend {
             records: Vec::new(),
             root_text: None,
             prev_cputime: HashMap::new(),
-            last_pass: Default::default(),
         }
     }
 
@@ -116,7 +113,8 @@ impl BpfBackend {
     /// cgroups are ranked over the records and only the kept ones decoded
     /// (the passes: [`protocol`]).
     ///
-    /// Fails only when the pass cannot run (the caller reads text instead).
+    /// Returns the pass's time; fails only when the pass cannot run (the
+    /// caller reads text instead).
     pub(crate) fn collect(
         &mut self,
         table: &mut Table,
@@ -125,7 +123,7 @@ impl BpfBackend {
         text: FileSet,
         mut top: Option<&mut Ranker>,
         errors: &mut Vec<FileError>,
-    ) -> Result<()> {
+    ) -> Result<Elapsed> {
         let (cpu, wall) = (layer::thread_cpu_time(), Instant::now());
         let config = *self.program.loaded().config();
         let by = top.as_ref().map(|t| t.top.by);
@@ -151,7 +149,10 @@ impl BpfBackend {
             records: &mut self.records,
         };
         let sampled = protocol::sample(&mut program, &mut ix, rank)?;
-        self.last_pass = (layer::thread_cpu_time() - cpu, wall.elapsed());
+        let time = Elapsed {
+            cpu: layer::thread_cpu_time() - cpu,
+            wall: wall.elapsed(),
+        };
         if let Some(keep) = &sampled.keep {
             let mut k = keep.iter();
             self.records
@@ -189,7 +190,7 @@ impl BpfBackend {
         // Keep history only for cgroups that still exist.
         prev.retain(|&id, _| table.knows(id));
         self.prev_cputime = prev;
-        Ok(())
+        Ok(time)
     }
 }
 

@@ -68,8 +68,8 @@ pub fn churn(seconds: u64) -> Result<()> {
         let snap = c.collect();
         let log: Vec<(String, bool)> = intents.lock().unwrap().clone();
         samples += 1;
-        if !snap.errors.is_empty() {
-            bail!("sample {samples}: errors {:?}", snap.errors);
+        if !snap.report.errors.is_empty() {
+            bail!("sample {samples}: errors {:?}", snap.report.errors);
         }
         let mut live = BTreeSet::new();
         for (name, create) in &log[..start] {

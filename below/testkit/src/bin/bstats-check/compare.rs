@@ -167,8 +167,8 @@ fn compare_once(
 ) -> Result<bool> {
     let rs = read.collect();
     let bs = bpf.collect();
-    if !bs.errors.is_empty() {
-        bail!("bpf snapshot errors: {:?}", bs.errors);
+    if !bs.report.errors.is_empty() {
+        bail!("bpf snapshot errors: {:?}", bs.report.errors);
     }
     let (r, b) = (by_path(&rs), by_path(&bs));
     let rk: BTreeSet<_> = r.keys().collect();

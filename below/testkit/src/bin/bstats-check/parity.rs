@@ -27,7 +27,7 @@ use anyhow::Result;
 use bstats_collector::BackendChoice;
 use bstats_collector::CgroupCollector;
 use bstats_collector::FileSet;
-use bstats_collector::Snapshot;
+use bstats_collector::FlatSample;
 use bstats_collector::StatFile;
 use bstats_collector::TopBy;
 use bstats_collector::TopN;
@@ -1000,6 +1000,8 @@ fn run(
     let mut used = HashMap::new();
     let mut notes = BTreeMap::new();
     let t0 = Instant::now();
+    // below's tree, filled in place from one sample to the next.
+    let mut sample = CgroupSample::default();
     while taken < samples || (!ck.gauges.open.is_empty() && taken < samples + GAUGE_STREAK) {
         taken += 1;
         let quiet = taken.is_multiple_of(QUIET) && !quiet_files.is_empty();
@@ -1013,9 +1015,8 @@ fn run(
         } else {
             files
         });
-        let snap = c.sample();
+        let snap = c.sample(&mut sample);
         let since_before_us = read_before.elapsed().as_micros() as i128;
-        let (mut sample, _) = c.take_tree();
         // Pressure first: the shorter after a quiet sample, the less
         // likely the kernel's 2 s update falls in between.
         let after_p = walker.read_all(quiet_files);
@@ -1054,7 +1055,6 @@ fn run(
         let paths = ck.check_sample(&sample, &around);
         unchanged += usize::from(paths == prev_paths);
         prev_paths = paths;
-        c.give_back(sample);
     }
     let wall = t0.elapsed();
     println!(
@@ -1128,7 +1128,7 @@ fn run(
 
 /// Two walks of the same tree as one map by path (the first's values
 /// first; the second fills what it lacks).
-fn merge(a: &Snapshot, b: &Snapshot) -> BTreeMap<String, CgroupSample> {
+fn merge(a: &FlatSample, b: &FlatSample) -> BTreeMap<String, CgroupSample> {
     let mut out: BTreeMap<String, CgroupSample> = by_path(a)
         .into_iter()
         .map(|(k, v)| (k, v.clone()))
@@ -1153,7 +1153,7 @@ fn merge(a: &Snapshot, b: &Snapshot) -> BTreeMap<String, CgroupSample> {
 /// A sample's file errors fail the run, unless the cgroup was gone by the
 /// read after; its notes (a backend falling back) are counted.
 fn report_errors(
-    snap: &Snapshot,
+    snap: &bstats_collector::Report,
     after: &BTreeMap<String, CgroupSample>,
     sample: usize,
     report: &mut Report,

@@ -7,10 +7,10 @@ use bstats_collector::BackendChoice;
 use bstats_collector::BackendKind;
 use bstats_collector::CgroupCollector;
 use bstats_collector::FileSet;
-use bstats_collector::Snapshot;
+use bstats_collector::FlatSample;
 use bstats_collector::StatFile;
 
-pub fn by_path(s: &Snapshot) -> BTreeMap<String, &model::CgroupSample> {
+pub fn by_path(s: &FlatSample) -> BTreeMap<String, &model::CgroupSample> {
     (0..s.nodes.len())
         .map(|i| (s.path_of(i), &s.nodes[i].sample))
         .collect()
