@@ -135,89 +135,73 @@ impl CgroupCollector {
         }
     }
 
-    /// One sample into the collector's table.
+    /// One sample into the collector's table: what each backend reads and
+    /// where ranking happens are decided here, once, and carried out by
+    /// the backends; a backend that fails for this sample leaves its files
+    /// to plain read ([`Work::fall_back`]).
     fn read(&mut self) -> Report {
-        let mut read = self
-            .plan
-            .files_of(BackendKind::Read)
-            .intersection(self.want);
-        let stream_files = self
-            .plan
-            .files_of(BackendKind::Stream)
-            .intersection(self.want);
-        let mut snap = Report::default();
-        let mut streams = None;
-        if let Some(st) = self.streams.as_mut() {
-            match st.wait() {
-                Ok(()) => streams = Some(st),
-                Err(why) => {
-                    snap.notes.push(format!(
-                        "stream backend: {}; plain read of {:?} this sample",
-                        why, stream_files
-                    ));
-                    read = read.union(stream_files);
-                }
-            }
-        }
-        // Where the ranked value is read before the other files: a RANK
-        // pass over the records, or plain read's two-phase walk. Else the
-        // table is ranked once every file is in.
-        let by = self.ranker.as_ref().map(|r| r.top.by);
-        let table = &mut self.table;
-        let errors = &mut snap.errors;
-        let ranked = match &mut self.bpf {
-            Some(bpf) => {
-                let files = self.plan.files_of(BackendKind::Bpf).intersection(self.want);
-                let passes = self.ranker.as_ref().map(Ranker::passes);
-                // Streams fill every cgroup: they rank afterwards.
-                let top = self
-                    .ranker
-                    .as_mut()
-                    .filter(|_| streams.is_none() && by.is_some_and(BpfBackend::ranks));
-                let ranks = top.is_some();
-                match bpf.collect(table, &mut self.walker, files, read, top, errors) {
-                    Ok(pass) => {
-                        snap.pass = Some(pass);
-                        ranks
-                    }
-                    Err(e) => {
-                        // Ranked before the step that failed: the files
-                        // are ranked again below, against the same pass.
-                        if let Some(r) = self.ranker.as_mut().filter(|r| Some(r.passes()) != passes)
-                        {
-                            r.undo_pass();
-                        }
-                        snap.notes.push(format!(
-                            "bpf backend: {:#}; plain read of {:?} this sample",
-                            e, files
-                        ));
-                        self.walker.walk(table, read.union(files), errors);
-                        false
-                    }
-                }
-            }
-            None => match self.ranker.as_mut() {
-                Some(ranker) if streams.is_none() => {
-                    crate::top::walk(&mut self.walker, ranker, table, read, errors);
-                    true
-                }
-                _ => {
-                    self.walker.walk(table, read, errors);
-                    false
-                }
-            },
+        let mut report = Report::default();
+        let files_of = |kind| self.plan.files_of(kind).intersection(self.want);
+        let mut work = Work {
+            bpf: files_of(BackendKind::Bpf),
+            stream: files_of(BackendKind::Stream),
+            text: files_of(BackendKind::Read),
         };
+        let streams = match self.streams.as_mut().map(|st| st.wait().map(|()| st)) {
+            Some(Ok(st)) => Some(st),
+            Some(Err(why)) => {
+                work.fall_back(BackendKind::Stream, &why, &mut report);
+                None
+            }
+            None => None,
+        };
+        let by = self.ranker.as_ref().map(|r| r.top.by);
+        // Over the records when they hold the ranked value, unless streams
+        // fill values after the pass.
+        let pass_groups = by
+            .filter(|_| self.bpf.is_some() && streams.is_none())
+            .and_then(BpfBackend::rank_groups);
+        let mut rank_at = match by {
+            None => RankAt::Nowhere,
+            Some(_) if pass_groups.is_some() => RankAt::Pass,
+            Some(_) if self.bpf.is_none() && streams.is_none() => RankAt::Walk,
+            Some(_) => RankAt::Samples,
+        };
+        let table = &mut self.table;
+        let errors = &mut report.errors;
+        match &mut self.bpf {
+            Some(bpf) => {
+                let top = self.ranker.as_mut().zip(pass_groups);
+                match bpf.collect(table, &mut self.walker, work.bpf, work.text, top, errors) {
+                    Ok(pass) => report.pass = Some(pass),
+                    Err(e) => {
+                        work.fall_back(BackendKind::Bpf, &format!("{e:#}"), &mut report);
+                        rank_at = rank_at.after_failed_pass();
+                        self.walker.walk(table, work.text, &mut report.errors);
+                    }
+                }
+            }
+            None => match self.ranker.as_mut().filter(|_| rank_at == RankAt::Walk) {
+                Some(ranker) => {
+                    crate::top::walk(&mut self.walker, ranker, table, work.text, errors)
+                }
+                None => self.walker.walk(table, work.text, errors),
+            },
+        }
         if let Some(st) = streams {
-            read_streams(st, &mut self.walker, stream_files, table, &mut snap);
+            read_streams(st, &mut self.walker, work.stream, table, &mut report);
             st.end_sample();
         }
-        if let Some(ranker) = self.ranker.as_mut().filter(|_| !ranked) {
-            // Every cgroup's files are in (the ranked value among them);
-            // only the kept ones are stored.
-            crate::top::choose_by_samples(ranker, table);
+        if let Some(ranker) = self.ranker.as_mut() {
+            if rank_at == RankAt::Samples {
+                // Every cgroup's files are in (the ranked value among
+                // them); only the kept ones are stored.
+                crate::top::choose_by_samples(ranker, table);
+            }
+            ranker.commit();
         }
-        snap.dropped = table.dropped();
-        snap
+        report.dropped = table.dropped();
+        report
     }
 
     /// Cgroups in the last sample (after top-N).
@@ -241,6 +225,53 @@ impl CgroupCollector {
     /// Cgroups with stream fds kept open.
     pub fn stream_fds_kept(&self) -> usize {
         self.streams.as_ref().map_or(0, Streams::kept_cgroups)
+    }
+}
+
+/// The files each backend reads this sample.
+struct Work {
+    bpf: FileSet,
+    stream: FileSet,
+    text: FileSet,
+}
+
+impl Work {
+    /// `kind` cannot serve this sample (`why`): its files are read as
+    /// text, and the report says so.
+    fn fall_back(&mut self, kind: BackendKind, why: &str, report: &mut Report) {
+        let files = match kind {
+            BackendKind::Bpf => std::mem::take(&mut self.bpf),
+            BackendKind::Stream => std::mem::take(&mut self.stream),
+            BackendKind::Read => return,
+        };
+        report.notes.push(format!(
+            "{kind} backend: {why}; plain read of {files:?} this sample"
+        ));
+        self.text = self.text.union(files);
+    }
+}
+
+/// Where a sample is ranked (top-N).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum RankAt {
+    /// No top-N.
+    Nowhere,
+    /// Over the pass's records, before the kept ones are decoded.
+    Pass,
+    /// Plain read's two steps: the ranked file of every cgroup, then the
+    /// other files of the kept ones.
+    Walk,
+    /// Over the samples once every file is in.
+    Samples,
+}
+
+impl RankAt {
+    /// Where the sample is ranked once its pass failed (read as text).
+    fn after_failed_pass(self) -> RankAt {
+        match self {
+            RankAt::Pass => RankAt::Samples,
+            other => other,
+        }
     }
 }
 

@@ -124,16 +124,16 @@ pub struct TopN {
     pub keep: Option<Regex>,
 }
 
-/// Ranks each pass against the previous one.
+/// Ranks each sample against the previous one.
 pub(crate) struct Ranker {
     pub(crate) top: TopN,
-    /// The ranked value of every cgroup at the previous pass, by id.
+    /// The ranked value of every cgroup at the previous sample, by id.
     prev: IdMap<u64>,
+    /// This sample's, kept by [`Ranker::commit`]: a sample ranked and then
+    /// read again another way (a later step failed) ranks again against
+    /// the same previous sample, not against values read moments earlier
+    /// (which would make every rate about 0).
     next: IdMap<u64>,
-    /// `prev` before the last pass ended, for [`Ranker::undo_pass`].
-    before: IdMap<u64>,
-    /// Passes ended so far.
-    passes: u64,
 }
 
 impl Ranker {
@@ -142,24 +142,14 @@ impl Ranker {
             top,
             prev: IdMap::default(),
             next: IdMap::default(),
-            before: IdMap::default(),
-            passes: 0,
         }
     }
 
-    /// Passes ranked so far: a caller tells by it whether a failed step
-    /// came after the ranking.
-    pub(crate) fn passes(&self) -> u64 {
-        self.passes
-    }
-
-    /// The last pass was not used (a later step failed and the sample is
-    /// read again another way): its ranking is forgotten, so the next one
-    /// is against the same previous pass, not against values read moments
-    /// earlier (which would make every rate about 0).
-    pub(crate) fn undo_pass(&mut self) {
-        std::mem::swap(&mut self.prev, &mut self.before);
-        self.passes -= 1;
+    /// The sample's ranking stands: its values are what the next one is
+    /// ranked against (cgroups it did not see are forgotten).
+    pub(crate) fn commit(&mut self) {
+        std::mem::swap(&mut self.prev, &mut self.next);
+        self.next.clear();
     }
 
     /// Which of one pass's nodes to keep: `parents` in pre-order (see
@@ -171,20 +161,20 @@ impl Ranker {
         value: impl Fn(usize) -> (u64, Option<u64>),
         always: impl Fn(usize) -> bool,
     ) -> Vec<bool> {
+        self.next.clear();
         let scores = (0..parents.len())
             .map(|i| {
                 let (id, v) = value(i);
                 self.score(id, v)
             })
             .collect();
-        self.end_pass();
         let always: Vec<bool> = (0..parents.len()).map(always).collect();
         self.choose(parents, scores, &always)
     }
 
-    /// The score of one cgroup this pass (call once per cgroup, then
-    /// [`Ranker::end_pass`]). A cgroup not seen at the previous pass is new
-    /// since then (or this is the first pass): its whole counter counts.
+    /// The score of one cgroup this sample (once per cgroup). A cgroup not
+    /// seen at the previous sample is new since then (or this is the
+    /// first): its whole counter counts.
     fn score(&mut self, id: u64, value: Option<u64>) -> u64 {
         let Some(v) = value else { return 0 };
         self.next.insert(id, v);
@@ -217,14 +207,6 @@ impl Ranker {
             }
         }
         select(parents, &scores, always, self.top.n)
-    }
-
-    /// Forgets cgroups not seen this pass.
-    fn end_pass(&mut self) {
-        std::mem::swap(&mut self.before, &mut self.prev);
-        std::mem::swap(&mut self.prev, &mut self.next);
-        self.next.clear();
-        self.passes += 1;
     }
 }
 

@@ -96,38 +96,35 @@ fn rates_are_against_the_previous_pass_of_every_cgroup() {
     // First pass: no history, the whole counter counts.
     assert_eq!(r.score(1, Some(100)), 100);
     assert_eq!(r.score(2, Some(50)), 50);
-    r.end_pass();
+    r.commit();
     assert_eq!(r.score(1, Some(130)), 30);
     assert_eq!(r.score(2, Some(90)), 40);
-    r.end_pass();
+    r.commit();
     // Cgroup 2 was ranked (not stored) last pass: its rate is over one
     // interval, not since the sample that last stored it.
     assert_eq!(r.score(2, Some(95)), 5);
     // No value (controller off): ranks last.
     assert_eq!(r.score(1, None), 0);
-    r.end_pass();
+    r.commit();
     // 1 was not seen last pass (no value): it starts over.
     assert_eq!(r.score(1, Some(140)), 140);
 }
 
-/// A pass ranked and then not used (a later step failed): ranking again
-/// gives the same rates, not rates against values read moments earlier.
+/// A sample ranked and then not used (a later step failed): ranking
+/// again gives the same rates, not rates against values read moments
+/// earlier.
 #[test]
-fn a_pass_undone_ranks_again_against_the_same_previous_pass() {
+fn a_sample_ranks_again_against_the_same_previous_sample() {
     let mut r = Ranker::new(TopN {
         n: 1,
         by: TopBy::Cpu,
         keep: None,
     });
     r.score(1, Some(100));
-    r.end_pass();
+    r.commit();
     assert_eq!(r.score(1, Some(130)), 30);
-    r.end_pass();
-    assert_eq!(r.passes(), 2);
-    r.undo_pass();
-    assert_eq!(r.passes(), 1);
-    assert_eq!(r.score(1, Some(131)), 31, "against the first pass again");
-    r.end_pass();
+    assert_eq!(r.score(1, Some(131)), 31, "against the first sample again");
+    r.commit();
     assert_eq!(r.score(1, Some(150)), 19, "and on from the second");
 }
 
@@ -170,7 +167,7 @@ fn memory_ranks_by_level() {
         keep: None,
     });
     assert_eq!(r.score(1, Some(4096)), 4096);
-    r.end_pass();
+    r.commit();
     assert_eq!(r.score(1, Some(4096)), 4096);
 }
 
@@ -219,7 +216,8 @@ fn choose_keeps_the_busiest_since_the_last_pass_as_a_tree() {
     assert_eq!(t.dropped(), 2);
     assert_eq!(t.parents()[3], Some(2));
     assert_eq!(t.parents()[4], Some(0));
-    // Next pass: b1 did the most since then (a2x only 1 more).
+    r.commit();
+    // Next sample: b1 did the most since then (a2x only 1 more).
     table(&mut t, [0, 10, 0, 0, 501, 0, 90]);
     choose_by_samples(&mut r, &mut t);
     assert_eq!(paths(&t), ["", "b", "b/b1"]);

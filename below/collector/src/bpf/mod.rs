@@ -96,10 +96,16 @@ impl BpfBackend {
         }
     }
 
-    /// Whether a sample ranked by `by` ranks over the records (a RANK
-    /// pass), not over the table once the text files are in.
-    pub(crate) fn ranks(by: TopBy) -> bool {
-        rank_groups(by).is_some()
+    /// The HAS_* groups a RANK pass reads to rank by `by`; None when the
+    /// record does not hold the ranked value (the caller ranks the table
+    /// once the text files are in).
+    pub(crate) fn rank_groups(by: TopBy) -> Option<u32> {
+        match by {
+            TopBy::Cpu => Some(contract::HAS_BSTAT),
+            TopBy::Memory => Some(contract::HAS_MEMCG),
+            TopBy::Pressure => Some(contract::HAS_PSI),
+            TopBy::Io => None,
+        }
     }
 
     /// The iterator pass alone; returns the number of cgroups visited.
@@ -109,9 +115,9 @@ impl BpfBackend {
 
     /// One sample into `table`: `bpf` files from the records, `text`
     /// files read as text per cgroup (relative to `walker`'s root fd).
-    /// With `top` (by a value the record holds: [`BpfBackend::ranks`]),
-    /// cgroups are ranked over the records and only the kept ones decoded
-    /// (the passes: [`protocol`]).
+    /// With `top` (a ranker and its [`BpfBackend::rank_groups`]), cgroups
+    /// are ranked over the records and only the kept ones decoded (the
+    /// passes: [`protocol`]).
     ///
     /// Returns the pass's time; fails only when the pass cannot run (the
     /// caller reads text instead).
@@ -121,24 +127,28 @@ impl BpfBackend {
         walker: &mut Walker,
         bpf: FileSet,
         text: FileSet,
-        mut top: Option<&mut Ranker>,
+        top: Option<(&mut Ranker, u32)>,
         errors: &mut Vec<FileError>,
     ) -> Result<Elapsed> {
         let (cpu, wall) = (layer::thread_cpu_time(), Instant::now());
         let config = *self.program.loaded().config();
-        let by = top.as_ref().map(|t| t.top.by);
-        let mut choose = |ix: &Indexed, records: &[Record], pass: &Pass| {
-            let ranker = top.as_deref_mut().expect("a rank pass only with top");
-            let decoder = Decoder::new(&config, pass);
-            let by = ranker.top.by;
-            crate::top::keep(ranker, ix.table, |j| {
-                sample::rank_value(&decoder, &records[ix.records[j]], by)
-            })
+        let mut choose;
+        let rank = match top {
+            Some((ranker, groups)) => {
+                choose = move |ix: &Indexed, records: &[Record], pass: &Pass| {
+                    let decoder = Decoder::new(&config, pass);
+                    let by = ranker.top.by;
+                    crate::top::keep(ranker, ix.table, |j| {
+                        sample::rank_value(&decoder, &records[ix.records[j]], by)
+                    })
+                };
+                Some(Rank {
+                    groups,
+                    choose: &mut choose,
+                })
+            }
+            None => None,
         };
-        let rank = by.and_then(rank_groups).map(|groups| Rank {
-            groups,
-            choose: &mut choose,
-        });
         let mut program = Passing {
             program: &mut self.program,
             root: walker.root_fd(),
@@ -227,16 +237,6 @@ impl Visible for Indexed<'_> {
     }
 }
 
-/// The HAS_* groups a RANK pass reads for `by`; None: not in the record.
-fn rank_groups(by: TopBy) -> Option<u32> {
-    match by {
-        TopBy::Cpu => Some(contract::HAS_BSTAT),
-        TopBy::Memory => Some(contract::HAS_MEMCG),
-        TopBy::Pressure => Some(contract::HAS_PSI),
-        TopBy::Io => None,
-    }
-}
-
 /// The root's files that BPF cannot serve but the plan gives to BPF.
 /// `files` less the files of controllers the cgroup does not have
 /// (`controllers`: its record's cgroup.controllers bits): those do not
@@ -254,14 +254,19 @@ fn existing(files: FileSet, controllers: u32) -> FileSet {
         .collect()
 }
 
+/// Files whose root values no cgroup iterator sees (the kernel fills the
+/// root's cpu.stat and pressure from per-CPU and system-wide state): where
+/// BPF serves them, the root cgroup's are read as text.
+pub(crate) const ROOT_AS_TEXT: [StatFile; 4] = [
+    StatFile::CpuStat,
+    StatFile::CpuPressure,
+    StatFile::IoPressure,
+    StatFile::MemoryPressure,
+];
+
 fn root_text_files(bpf: FileSet) -> FileSet {
-    [
-        StatFile::CpuStat,
-        StatFile::CpuPressure,
-        StatFile::IoPressure,
-        StatFile::MemoryPressure,
-    ]
-    .into_iter()
-    .filter(|f| bpf.contains(*f))
-    .collect()
+    ROOT_AS_TEXT
+        .into_iter()
+        .filter(|f| bpf.contains(*f))
+        .collect()
 }

@@ -249,9 +249,14 @@ pub(crate) fn support(found: &Found) -> Support {
         }
     }
     // How fresh what BPF serves is (the plan shows it as the reason).
+    let root = |f: StatFile| super::ROOT_AS_TEXT.contains(&f);
+    let root_note = |f| if root(f) { "; root cgroup: text" } else { "" };
     reasons.push((
         StatFile::CpuStat,
-        "flushed once per pass at the walk root, as a read flushes; root cgroup: text".to_owned(),
+        format!(
+            "flushed once per pass at the walk root, as a read flushes{}",
+            root_note(StatFile::CpuStat)
+        ),
     ));
     for f in [StatFile::MemoryStat, StatFile::MemoryNumaStat] {
         reasons.push((
@@ -261,19 +266,22 @@ pub(crate) fn support(found: &Found) -> Support {
                 .to_owned(),
         ));
     }
-    let psi_note = match no_clock {
-        None => "as a read of the file at the pass would print them: totals with the per-CPU \
-                 buckets, averages decayed or updated to the pass's sched_clock (the sampling \
-                 CPU's scheduler clock, at most a tick old); root cgroup: text"
-            .to_owned(),
+    let psi_note = |f| match no_clock {
+        None => format!(
+            "as a read of the file at the pass would print them: totals with the per-CPU \
+             buckets, averages decayed or updated to the pass's sched_clock (the sampling \
+             CPU's scheduler clock, at most a tick old){}",
+            root_note(f)
+        ),
         Some(why) => format!(
             "groups idle since the kernel last folded their per-CPU buckets, with averages \
-             at 0 (what a read prints of them needs no clock); the others and the root \
-             cgroup: text, as BPF {why}"
+             at 0 (what a read prints of them needs no clock); the others{}: text, as BPF \
+             {why}",
+            if root(f) { " and the root cgroup" } else { "" }
         ),
     };
     for f in pressure {
-        reasons.push((f, psi_note.clone()));
+        reasons.push((f, psi_note(f)));
     }
     for &f in StatFile::ALL {
         if !reasons.iter().any(|(g, _)| *g == f) {

@@ -66,16 +66,21 @@ pub(crate) fn fill(
     let want = |f| files.contains(f);
     let has = |flag| has(r, flag);
     let root = r.level == 0;
+    // Read as text for the root (RootText).
+    let root_text = |f| root && super::ROOT_AS_TEXT.contains(&f);
     *inode_number = Some(r.id as i64);
     *cgroup_stat = want(StatFile::CgroupStat).then(|| decode::cgroup_stat(r));
     *cgroup_controllers = want(StatFile::CgroupControllers)
         .then(|| controllers(r.controllers, cgroup_controllers.take()));
     *cgroup_subtree_control = want(StatFile::CgroupSubtreeControl)
         .then(|| controllers(r.subtree_control, cgroup_subtree_control.take()));
-    *cpu_stat =
-        (want(StatFile::CpuStat) && !root && has(HAS_BSTAT)).then(|| decode::cpu_stat(r, prev));
-    *pressure = (want(StatFile::CpuPressure) && !root && has(HAS_PSI) && pressure_exact(d, r))
-        .then(|| d.pressure(r));
+    *cpu_stat = (want(StatFile::CpuStat) && !root_text(StatFile::CpuStat) && has(HAS_BSTAT))
+        .then(|| decode::cpu_stat(r, prev));
+    *pressure = (want(StatFile::CpuPressure)
+        && !root_text(StatFile::CpuPressure)
+        && has(HAS_PSI)
+        && pressure_exact(d, r))
+    .then(|| d.pressure(r));
     let pids = !root && has(HAS_PIDS);
     *tids_current = (pids && want(StatFile::PidsCurrent)).then_some(r.pids_current);
     *tids_max = (pids && want(StatFile::PidsMax)).then(|| pids_max(r));
