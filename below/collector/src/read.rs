@@ -76,6 +76,7 @@ fn text_of<'a>(fd: BorrowedFd, buf: &'a mut Vec<u8>) -> io::Result<Content<'a>> 
 
 /// Whether a cgroup could be read, or was removed while we read it.
 #[derive(Debug, PartialEq, Eq)]
+#[must_use = "a cgroup removed while read is no cgroup with empty files"]
 pub enum Liveness {
     Alive,
     Gone,
@@ -295,7 +296,12 @@ impl Walker {
                 None => return,
             }
         };
-        self.reader.read_cgroup(dir, &row.path, files, s, errors);
+        let n_errors = errors.len();
+        if self.reader.read_cgroup(dir, &row.path, files, s, errors) == Liveness::Gone {
+            // Removed since the pass saw it: what it gave stands, its
+            // files were not there to read.
+            errors.truncate(n_errors);
+        }
     }
 
     /// `files` of every cgroup as plain text, as a flat list: the files as
