@@ -440,8 +440,10 @@ fn backends_prints_records_escaped() {
     let env = Env::new();
     let plan = bstats_collector::Plan::choose(
         bstats_collector::BackendChoice::Read,
-        &Err("no\x1b[2J bpf".into()),
-        &Err("y".into()),
+        &Err(bstats_collector::NotServed::Unavailable(
+            "no\x1b[2J bpf".into(),
+        )),
+        &Err(bstats_collector::NotServed::NotAskedFor),
     )
     .unwrap();
     fs::create_dir_all(env.store()).unwrap();

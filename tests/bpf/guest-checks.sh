@@ -44,10 +44,10 @@ numa)
   ;;
 fallback)
   check plan-auto $B plan auto --bpf memory.current \
-    --read "memory.stat=bpf: kernel lacks kfunc bpf_mem_cgroup_page_state"
+    --read memory.stat=missing_kfunc:bpf_mem_cgroup_page_state
   # Forced bpf serves what it can and reads the rest, with the reason.
   check plan-bpf $B plan bpf --bpf memory.current \
-    --read "memory.stat=bpf: kernel lacks kfunc bpf_mem_cgroup_page_state"
+    --read memory.stat=missing_kfunc:bpf_mem_cgroup_page_state
   # What BPF does serve here must equal the text.
   check compare $B compare 60
   ;;

@@ -24,6 +24,7 @@ use crate::Elapsed;
 use crate::FileError;
 use crate::FileSet;
 use crate::FlatSample;
+use crate::NotServed;
 use crate::Plan;
 use crate::Report;
 use crate::StatFile;
@@ -66,8 +67,9 @@ impl CgroupCollector {
             want.remove(StatFile::IoStat);
         }
         let streams = match opts.backend {
-            BackendChoice::Read | BackendChoice::Bpf => Err("not asked for".to_owned()),
-            _ => Streams::start(walker.root_fd(), opts.stream_interval),
+            BackendChoice::Read | BackendChoice::Bpf => Err(NotServed::NotAskedFor),
+            _ => Streams::start(walker.root_fd(), opts.stream_interval)
+                .map_err(NotServed::Unavailable),
         };
         let stream_cap = streams
             .as_ref()
@@ -79,7 +81,7 @@ impl CgroupCollector {
         };
         let bpf_cap = match &probe {
             Some(p) => p.capability.clone(),
-            None => Err("not asked for".to_owned()),
+            None => Err(NotServed::NotAskedFor),
         };
         let plan = Plan::choose(opts.backend, &bpf_cap, &stream_cap)?;
         let bpf = probe.and_then(|p| p.backend).filter(|_| {

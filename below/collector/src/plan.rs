@@ -9,6 +9,8 @@ use serde::Deserialize;
 use serde::Serialize;
 
 use crate::FileSet;
+use crate::NotServed;
+use crate::Served;
 use crate::StatFile;
 
 /// What the user asked for (`--cgroup-backend`, config `cgroup_backend`).
@@ -69,30 +71,49 @@ impl fmt::Display for BackendKind {
     }
 }
 
-/// What a backend can serve on this kernel: the files, and for each file it
-/// cannot serve, why. `Err` when it cannot run at all.
-#[derive(Clone, Debug)]
+/// What a backend can serve on this kernel: the files, how fresh each is,
+/// and for each file it cannot serve, why. `Err` when it cannot run at all.
+#[derive(Clone, Debug, Default)]
 pub struct Support {
     pub files: FileSet,
-    pub reasons: Vec<(StatFile, String)>,
+    pub served: Vec<(StatFile, Served)>,
+    pub not_served: Vec<(StatFile, NotServed)>,
 }
 
-pub type Capability = std::result::Result<Support, String>;
+pub type Capability = std::result::Result<Support, NotServed>;
 
 impl Support {
-    fn why_not(&self, f: StatFile) -> String {
-        self.reasons
+    fn served(&self, f: StatFile) -> Option<&Served> {
+        self.served.iter().find(|(g, _)| *g == f).map(|(_, s)| s)
+    }
+
+    fn why_not(&self, f: StatFile) -> NotServed {
+        self.not_served
             .iter()
             .find(|(g, _)| *g == f)
-            .map_or_else(|| "not served".to_owned(), |(_, r)| r.clone())
+            .map_or(NotServed::NotAskedFor, |(_, why)| why.clone())
     }
+}
+
+/// A backend's refusal of one file.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Refusal {
+    pub backend: BackendKind,
+    pub why: NotServed,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FileChoice {
     pub file: StatFile,
     pub backend: BackendKind,
+    /// What `served` or `not_served` say, for people.
     pub reason: String,
+    /// How fresh the backend's values are (None: plain read).
+    #[serde(default)]
+    pub served: Option<Served>,
+    /// Why each backend tried before plain read did not serve it.
+    #[serde(default)]
+    pub not_served: Vec<Refusal>,
 }
 
 /// One choice per stat file, in [`StatFile::ALL`] order.
@@ -118,34 +139,46 @@ impl Plan {
         let files = StatFile::ALL
             .iter()
             .map(|&file| {
-                let mut why_not = Vec::new();
+                let mut not_served = Vec::new();
                 for (kind, cap) in tiers {
-                    match cap {
+                    let why = match cap {
                         Ok(s) if s.files.contains(file) => {
-                            // A served file's reason is a note, if any.
-                            let note = s.reasons.iter().find(|(g, _)| *g == file);
+                            let served = s.served(file).cloned();
+                            let reason = match &served {
+                                Some(how) => format!("supported by this kernel ({how})"),
+                                None => "supported by this kernel".to_owned(),
+                            };
                             return FileChoice {
                                 file,
                                 backend: *kind,
-                                reason: note.map_or_else(
-                                    || "supported by this kernel".to_owned(),
-                                    |(_, n)| format!("supported by this kernel ({})", n),
-                                ),
+                                reason,
+                                served,
+                                not_served,
                             };
                         }
-                        Ok(s) => why_not.push(format!("{}: {}", kind, s.why_not(file))),
-                        Err(e) => why_not.push(format!("{}: {}", kind, e)),
-                    }
+                        Ok(s) => s.why_not(file),
+                        Err(e) => e.clone(),
+                    };
+                    not_served.push(Refusal {
+                        backend: *kind,
+                        why,
+                    });
                 }
                 let reason = if choice == BackendChoice::Read {
                     "--cgroup-backend read".to_owned()
                 } else {
-                    why_not.join("; ")
+                    let said: Vec<String> = not_served
+                        .iter()
+                        .map(|r| format!("{}: {}", r.backend, r.why))
+                        .collect();
+                    said.join("; ")
                 };
                 FileChoice {
                     file,
                     backend: BackendKind::Read,
                     reason,
+                    served: None,
+                    not_served,
                 }
             })
             .collect();
@@ -177,7 +210,8 @@ mod test {
     fn support(files: &[StatFile]) -> Capability {
         Ok(Support {
             files: files.iter().copied().collect(),
-            reasons: vec![(StatFile::IoStat, "io cannot be flushed from BPF".into())],
+            not_served: vec![(StatFile::IoStat, NotServed::IoNotFlushable)],
+            ..Default::default()
         })
     }
 
@@ -191,18 +225,20 @@ mod test {
         assert_eq!(of(StatFile::CpuStat).backend, BackendKind::Stream);
         let io = of(StatFile::IoStat);
         assert_eq!(io.backend, BackendKind::Read);
-        assert!(io.reason.contains("io cannot be flushed"), "{}", io.reason);
+        assert_eq!(io.not_served[0].why, NotServed::IoNotFlushable);
+        assert_eq!(io.not_served[0].backend, BackendKind::Bpf);
         assert_eq!(p.files.len(), StatFile::ALL.len());
     }
 
     #[test]
     fn forced_backend_fails_with_reason() {
-        let bpf: Capability = Err("kernel lacks bpf_mem_cgroup_page_state".into());
+        let why = NotServed::MissingKfunc("bpf_mem_cgroup_page_state".into());
+        let bpf: Capability = Err(why.clone());
         let e = Plan::choose(BackendChoice::Bpf, &bpf, &support(&[])).unwrap_err();
         assert!(e.to_string().contains("bpf_mem_cgroup_page_state"), "{}", e);
-        let p = Plan::choose(BackendChoice::Auto, &bpf, &Err("no".into())).unwrap();
+        let p = Plan::choose(BackendChoice::Auto, &bpf, &Err(NotServed::NotAskedFor)).unwrap();
         assert_eq!(p.files_of(BackendKind::Read), FileSet::all());
-        assert!(p.files[0].reason.contains("bpf_mem_cgroup_page_state"));
+        assert_eq!(p.files[0].not_served[0].why, why);
     }
 
     #[test]

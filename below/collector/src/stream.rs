@@ -23,6 +23,9 @@ use crate::fd::open_cgroup_at;
 use crate::fd::read_to_end;
 use crate::plan::Support;
 use crate::FileSet;
+use crate::Freshness;
+use crate::NotServed;
+use crate::Served;
 use crate::StatFile;
 
 const INTERVAL_KNOB: &CStr = c"cpu.stat.stream_interval";
@@ -86,17 +89,27 @@ fn raise_fd_limit() {
 /// The files streams serve, and why not the others.
 pub(crate) fn support() -> Support {
     let files: FileSet = STREAM_FILES.iter().map(|(f, _)| *f).collect();
-    let reasons = StatFile::ALL
+    let served = files
         .iter()
-        .map(|f| match files.contains(*f) {
-            true => (
-                *f,
-                "as of the kernel's last interval flush (cpu.stat.stream_interval)".to_owned(),
-            ),
-            false => (*f, format!("the kernel has no {}.stream", f)),
+        .map(|f| {
+            let how = Served {
+                fresh: Freshness::StreamInterval,
+                root_as_text: false,
+                walk: None,
+            };
+            (f, how)
         })
         .collect();
-    Support { files, reasons }
+    let not_served = StatFile::ALL
+        .iter()
+        .filter(|f| !files.contains(**f))
+        .map(|&f| (f, NotServed::NoStreamFile(f)))
+        .collect();
+    Support {
+        files,
+        served,
+        not_served,
+    }
 }
 
 /// Why a stream read gave nothing: the caller reads the plain file instead.

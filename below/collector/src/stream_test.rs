@@ -126,7 +126,12 @@ fn streaming_off_without_interval_is_unavailable() {
     o.backend = BackendChoice::Auto;
     let c = CgroupCollector::new(&o).unwrap();
     assert_eq!(c.plan().files[0].backend, BackendKind::Read);
-    assert!(c.plan().files[0].reason.contains("streaming is off"));
+    let refused = &c.plan().files[0].not_served;
+    let stream = refused.iter().find(|r| r.backend == BackendKind::Stream);
+    assert!(
+        matches!(stream, Some(crate::Refusal { why: crate::NotServed::Unavailable(e), .. }) if e.contains("streaming is off")),
+        "{refused:?}"
+    );
 }
 
 #[test]

@@ -364,7 +364,8 @@ mod test {
     use super::*;
 
     fn plan() -> Plan {
-        Plan::choose(BackendChoice::Read, &Err("x".into()), &Err("y".into())).unwrap()
+        let why = bstats_collector::NotServed::NotAskedFor;
+        Plan::choose(BackendChoice::Read, &Err(why.clone()), &Err(why)).unwrap()
     }
 
     #[test]

@@ -31,7 +31,12 @@ struct Found {
 
 fn probe_against(root: &File, btf: &Path) -> Found {
     let probe = probe_with(root.as_fd(), Some(btf));
-    let plan = Plan::choose(BackendChoice::Auto, &probe.capability, &Err("off".into())).unwrap();
+    let plan = Plan::choose(
+        BackendChoice::Auto,
+        &probe.capability,
+        &Err(crate::NotServed::NotAskedFor),
+    )
+    .unwrap();
     let cap = probe.capability.as_ref().map(|_| ());
     let mut backend = probe
         .backend
@@ -50,8 +55,14 @@ fn read_files(plan: &Plan) -> FileSet {
     plan.files_of(BackendKind::Read)
 }
 
-fn reason(plan: &Plan, f: StatFile) -> &str {
-    &plan.files.iter().find(|c| c.file == f).unwrap().reason
+/// Why BPF does not serve `f`.
+fn why_not(plan: &Plan, f: StatFile) -> &crate::NotServed {
+    let c = plan.files.iter().find(|c| c.file == f).unwrap();
+    &c.not_served
+        .iter()
+        .find(|r| r.backend == BackendKind::Bpf)
+        .unwrap()
+        .why
 }
 
 /// What the tests that edit the kernel's BTF need: root, the cgroup2 mount,
@@ -101,10 +112,12 @@ fn loads_without_each_optional_fact() {
             fact.name
         );
         for f in needs.difference(read_files(&base.plan)).iter() {
-            let why = reason(&found.plan, f);
+            let crate::NotServed::MissingFact(what) = why_not(&found.plan, f) else {
+                panic!("{}: {f}: {:?}", fact.name, why_not(&found.plan, f));
+            };
             assert!(
-                why.contains(&format!("{}.{}", fact.ty, fact.member)),
-                "{}: {f}: {why}",
+                what.ends_with(&format!(" {}.{}", fact.ty, fact.member)),
+                "{}: {f}: {what}",
                 fact.name
             );
         }

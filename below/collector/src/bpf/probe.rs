@@ -14,6 +14,10 @@ use super::psi;
 use super::BpfBackend;
 use crate::plan::Support;
 use crate::FileSet;
+use crate::Freshness;
+use crate::NotServed;
+use crate::PassWalk;
+use crate::Served;
 use crate::StatFile;
 
 /// What probing found: the backend and what it serves.
@@ -39,12 +43,12 @@ pub(crate) fn psi_clock_off() -> bool {
 }
 
 /// Why the program cannot read through a missing kernel fact.
-fn missing(fact: &Fact) -> String {
+fn missing(fact: &Fact) -> NotServed {
     let what = match fact.kind {
         FactKind::Field | FactKind::Cpumask => "struct member",
         FactKind::Enumval => "enum value",
     };
-    format!("kernel lacks {what} {}.{}", fact.ty, fact.member)
+    NotServed::MissingFact(format!("{what} {}.{}", fact.ty, fact.member))
 }
 
 /// What probing learned of a kernel on which BPF runs: its BTF, this boot's
@@ -76,7 +80,7 @@ pub(crate) struct Found {
 /// kernel's BTF) when given.
 pub(crate) fn probe_with(root_fd: BorrowedFd, btf: Option<&Path>) -> Probe {
     let fail = |why: String| Probe {
-        capability: Err(why),
+        capability: Err(NotServed::Unavailable(why)),
         backend: None,
     };
     let Kernel {
@@ -126,8 +130,8 @@ pub(crate) fn probe_with(root_fd: BorrowedFd, btf: Option<&Path>) -> Probe {
     }
 }
 
-/// The files BPF serves on a kernel where it runs, and for every file why
-/// not or how fresh.
+/// The files BPF serves on a kernel where it runs: why not the others,
+/// and how fresh each one it serves is.
 pub(crate) fn support(found: &Found) -> Support {
     let &Found {
         cpus,
@@ -139,16 +143,15 @@ pub(crate) fn support(found: &Found) -> Support {
         ..
     } = found;
     let mut files = FileSet::all();
-    let mut reasons = Vec::new();
-    let mut never = |f: StatFile, why: &str, files: &mut FileSet| {
-        files.remove(f);
-        reasons.push((f, why.to_owned()));
+    let mut not_served = Vec::new();
+    // The first reason a file is not served is the one shown.
+    let mut never = |f: StatFile, why: NotServed, files: &mut FileSet| {
+        if files.contains(f) {
+            files.remove(f);
+            not_served.push((f, why));
+        }
     };
-    never(
-        StatFile::IoStat,
-        "io.stat: BPF cannot flush the io css",
-        &mut files,
-    );
+    never(StatFile::IoStat, NotServed::IoNotFlushable, &mut files);
     // What this kernel lacks (config, version): its files as text, which
     // shows them as the kernel has them.
     for (i, fact) in KERNEL_FACTS.iter().enumerate() {
@@ -156,9 +159,7 @@ pub(crate) fn support(found: &Found) -> Support {
             continue;
         }
         for f in fact_files(fact) {
-            if files.contains(f) {
-                never(f, &missing(fact), &mut files);
-            }
+            never(f, missing(fact), &mut files);
         }
     }
     if let Err(why) = &found.swap_files {
@@ -167,72 +168,50 @@ pub(crate) fn support(found: &Found) -> Support {
             StatFile::MemorySwapMax,
             StatFile::MemoryZswapMax,
         ] {
-            if files.contains(f) {
-                never(f, why, &mut files);
-            }
+            never(f, NotServed::NoSwapFiles(why.clone()), &mut files);
         }
     }
     if !has_numa_stat {
-        never(
-            StatFile::MemoryNumaStat,
-            "kernel has no memory.numa_stat (CONFIG_NUMA)",
-            &mut files,
-        );
+        never(StatFile::MemoryNumaStat, NotServed::NoNumaStat, &mut files);
     } else if nodes > NUMA_NODES {
-        never(
-            StatFile::MemoryNumaStat,
-            &format!("more than {NUMA_NODES} NUMA nodes: the program reads {NUMA_NODES}"),
-            &mut files,
-        );
+        let why = NotServed::TooManyNumaNodes(NUMA_NODES);
+        never(StatFile::MemoryNumaStat, why, &mut files);
     }
     if cpus > CPU_WORDS * 64 {
-        never(
-            StatFile::CpusetCpus,
-            "more CPUs than a record holds",
-            &mut files,
-        );
+        never(StatFile::CpusetCpus, NotServed::TooManyCpus, &mut files);
         never(
             StatFile::CpusetCpusEffective,
-            "more CPUs than a record holds",
+            NotServed::TooManyCpus,
             &mut files,
         );
     }
     if nodes > 64 {
-        never(
-            StatFile::CpusetMems,
-            "more nodes than a record holds",
-            &mut files,
-        );
+        never(StatFile::CpusetMems, NotServed::TooManyNodes, &mut files);
         never(
             StatFile::CpusetMemsEffective,
-            "more nodes than a record holds",
+            NotServed::TooManyNodes,
             &mut files,
         );
     }
     // Still in `files`: the kernel has the file and a record holds its nodes.
     let numa_gap = match &found.numa_layout {
         _ if !files.contains(StatFile::MemoryNumaStat) || features & FEAT_NUMA != 0 => None,
-        Err(why) => Some(why.clone()),
-        Ok(_) if features & FEAT_MEMCG_KFUNCS == 0 => {
-            Some("kernel lacks kfunc bpf_mem_cgroup_flush_stats".to_owned())
-        }
-        Ok(_) => Some("kernel symbol node_states not in kallsyms".to_owned()),
-    };
-    let mut gap = |f: StatFile, why: &str| {
-        files.remove(f);
-        reasons.push((f, why.to_owned()));
+        Err(why) => Some(NotServed::NumaLayout(why.clone())),
+        Ok(_) if features & FEAT_MEMCG_KFUNCS == 0 => Some(NotServed::MissingKfunc(
+            "bpf_mem_cgroup_flush_stats".to_owned(),
+        )),
+        Ok(_) => Some(NotServed::MissingKsym("node_states".to_owned())),
     };
     if features & FEAT_MEMCG_KFUNCS == 0 {
-        gap(
-            StatFile::MemoryStat,
-            "kernel lacks kfunc bpf_mem_cgroup_page_state",
-        );
+        let why = NotServed::MissingKfunc("bpf_mem_cgroup_page_state".to_owned());
+        never(StatFile::MemoryStat, why, &mut files);
     }
     if let Some(why) = numa_gap {
-        gap(StatFile::MemoryNumaStat, &why);
+        never(StatFile::MemoryNumaStat, why, &mut files);
     }
     if features & FEAT_CPU_FLUSH == 0 {
-        gap(StatFile::CpuStat, "kernel lacks kfunc css_rstat_flush");
+        let why = NotServed::MissingKfunc("css_rstat_flush".to_owned());
+        never(StatFile::CpuStat, why, &mut files);
     }
     let pressure = [
         StatFile::CpuPressure,
@@ -242,59 +221,40 @@ pub(crate) fn support(found: &Found) -> Support {
     // Without the clock only, BPF still serves the groups whose files need
     // none (sample::pressure_exact) and the rest are read per cgroup.
     let psi_gap = psi::left_to_files(features, psi_no_clock);
-    let no_clock = psi_gap.as_ref().filter(|_| features & FEAT_PSI != 0);
-    for f in pressure {
-        if let (Some(why), None) = (&psi_gap, no_clock) {
-            gap(f, why);
+    let no_clock = psi_gap.clone().filter(|_| features & FEAT_PSI != 0);
+    if let (Some(why), None) = (&psi_gap, &no_clock) {
+        for f in pressure {
+            never(f, why.clone(), &mut files);
         }
     }
-    // How fresh what BPF serves is (the plan shows it as the reason).
-    let root = |f: StatFile| super::ROOT_AS_TEXT.contains(&f);
-    let root_note = |f| if root(f) { "; root cgroup: text" } else { "" };
-    reasons.push((
-        StatFile::CpuStat,
-        format!(
-            "flushed once per pass at the walk root, as a read flushes{}",
-            root_note(StatFile::CpuStat)
-        ),
-    ));
-    for f in [StatFile::MemoryStat, StatFile::MemoryNumaStat] {
-        reasons.push((
-            f,
-            "flushed once per pass at the walk root with the flush a read does (rate-limited: \
-             up to ~2 s old, as the text)"
-                .to_owned(),
-        ));
+    // How fresh what BPF serves is, and whether the host's cgroup
+    // operations wait for the pass.
+    let walk = PassWalk::from(&found.walk);
+    let served = files
+        .iter()
+        .map(|f| {
+            let fresh = match f {
+                StatFile::CpuStat => Freshness::FlushedPerPass,
+                StatFile::MemoryStat | StatFile::MemoryNumaStat => Freshness::FlushedRateLimited,
+                _ if f.is_pressure() => match &no_clock {
+                    None => Freshness::PressureAsRead,
+                    Some(why) => Freshness::PressureIdleOnly(why.clone()),
+                },
+                _ => Freshness::ReadAtPass,
+            };
+            let how = Served {
+                fresh,
+                root_as_text: super::ROOT_AS_TEXT.contains(&f),
+                walk: Some(walk.clone()),
+            };
+            (f, how)
+        })
+        .collect();
+    Support {
+        files,
+        served,
+        not_served,
     }
-    let psi_note = |f| match no_clock {
-        None => format!(
-            "as a read of the file at the pass would print them: totals with the per-CPU \
-             buckets, averages decayed or updated to the pass's sched_clock (the sampling \
-             CPU's scheduler clock, at most a tick old){}",
-            root_note(f)
-        ),
-        Some(why) => format!(
-            "groups idle since the kernel last folded their per-CPU buckets, with averages \
-             at 0 (what a read prints of them needs no clock); the others{}: text, as BPF \
-             {why}",
-            if root(f) { " and the root cgroup" } else { "" }
-        ),
-    };
-    for f in pressure {
-        reasons.push((f, psi_note(f)));
-    }
-    for &f in StatFile::ALL {
-        if !reasons.iter().any(|(g, _)| *g == f) {
-            reasons.push((f, "read at the pass".to_owned()));
-        }
-    }
-    // Whether the host's cgroup operations wait for the pass.
-    for (f, note) in &mut reasons {
-        if files.contains(*f) {
-            *note = format!("{note}; {}", found.walk);
-        }
-    }
-    Support { files, reasons }
 }
 
 /// Files the program serves that below 0.9's `CgroupSample` has no field

@@ -16,6 +16,8 @@ use crate::plan::BackendChoice;
 use crate::plan::BackendKind;
 use crate::plan::Capability;
 use crate::plan::Plan;
+use crate::Freshness;
+use crate::NotServed;
 use crate::StatFile;
 use crate::StatFile::*;
 
@@ -56,28 +58,59 @@ fn without_fact(name: &str) -> Found {
     }
 }
 
-/// The stream backend: our patched kernel's, or this reason for none (the
-/// words stream.rs says when cpu.stat.stream_interval is missing).
+/// The stream backend: our patched kernel's, or none (what stream.rs says
+/// when cpu.stat.stream_interval is missing).
 fn stream(present: bool) -> Capability {
     match present {
         true => Ok(crate::stream::support()),
-        false => Err(crate::stream::NO_STREAM_FILES.to_owned()),
+        false => Err(no_streams()),
     }
 }
 
-fn plan(choice: BackendChoice, bpf: Result<&Found, &str>, streams: bool) -> Plan {
-    let bpf = bpf.map(support).map_err(str::to_owned);
+fn no_streams() -> NotServed {
+    NotServed::Unavailable(crate::stream::NO_STREAM_FILES.to_owned())
+}
+
+fn plan(choice: BackendChoice, bpf: Result<&Found, NotServed>, streams: bool) -> Plan {
+    let bpf = bpf.map(support);
     Plan::choose(choice, &bpf, &stream(streams)).unwrap()
 }
 
-/// Asserts each of `want`: the file's backend, and words its reason has.
-fn check(p: &Plan, want: &[(StatFile, BackendKind, &[&str])]) {
+/// What a file's choice says.
+enum Says {
+    /// Served, this fresh.
+    Fresh(Freshness),
+    /// `backend` did not serve it, for this reason.
+    Not(BackendKind, NotServed),
+}
+
+use Says::Fresh;
+use Says::Not;
+
+fn kfunc(name: &str) -> NotServed {
+    NotServed::MissingKfunc(name.to_owned())
+}
+
+/// Asserts each of `want`: the file's backend, and what its choice says.
+fn check(p: &Plan, want: &[(StatFile, BackendKind, &[Says])]) {
     assert_eq!(p.files.len(), StatFile::ALL.len());
-    for (file, backend, words) in want {
+    for (file, backend, says) in want {
         let c = p.files.iter().find(|c| c.file == *file).unwrap();
         assert_eq!(c.backend, *backend, "{file}: {}", c.reason);
-        for w in *words {
-            assert!(c.reason.contains(w), "{file}: {:?} lacks {w:?}", c.reason);
+        for s in *says {
+            match s {
+                Fresh(fresh) => {
+                    let served = c.served.as_ref().map(|s| &s.fresh);
+                    assert_eq!(served, Some(fresh), "{file}: {}", c.reason);
+                }
+                Not(kind, why) => assert!(
+                    c.not_served
+                        .iter()
+                        .any(|r| r.backend == *kind && r.why == *why),
+                    "{file}: {:?} lacks {kind}: {why:?}",
+                    c.not_served
+                ),
+            }
         }
     }
 }
@@ -91,11 +124,11 @@ fn all_but(p: &Plan, except: &[StatFile], backend: BackendKind) {
 
 /// Streams serve their three files, everything else is plain read, with
 /// `why` among memory.current's reasons.
-fn streams_then_read(p: &Plan, why: &[&str]) {
+fn streams_then_read(p: &Plan, why: &[Says]) {
     check(
         p,
         &[
-            (CpuStat, Stream, &[]),
+            (CpuStat, Stream, &[Fresh(Freshness::StreamInterval)]),
             (MemoryStat, Stream, &[]),
             (IoStat, Stream, &[]),
         ],
@@ -112,23 +145,21 @@ fn full_kernel_serves_all_but_io_stat() {
         check(
             &p,
             &[
-                (
-                    CpuStat,
-                    Bpf,
-                    &["supported by this kernel", "flushed once per pass"],
-                ),
-                (MemoryCurrent, Bpf, &["read at the pass"]),
-                (CpuPressure, Bpf, &["sched_clock"]),
+                (CpuStat, Bpf, &[Fresh(Freshness::FlushedPerPass)]),
+                (MemoryCurrent, Bpf, &[Fresh(Freshness::ReadAtPass)]),
+                (CpuPressure, Bpf, &[Fresh(Freshness::PressureAsRead)]),
             ],
         );
+        let cpu = p.files.iter().find(|c| c.file == CpuStat).unwrap();
+        assert!(cpu.served.as_ref().unwrap().root_as_text);
         // io.stat: BPF never; the stream file when there is one.
-        let io: (BackendKind, &[&str]) = match streams {
-            true => (Stream, &["last interval flush"]),
+        let io: (BackendKind, &[Says]) = match streams {
+            true => (Stream, &[Fresh(Freshness::StreamInterval)]),
             false => (
                 Read,
                 &[
-                    "bpf: io.stat: BPF cannot flush the io css",
-                    "stream: the kernel has no stream files",
+                    Not(Bpf, NotServed::IoNotFlushable),
+                    Not(Stream, no_streams()),
                 ],
             ),
         };
@@ -147,14 +178,14 @@ fn no_memcg_kfuncs_reads_memory_stat_or_streams_it() {
                 MemoryStat,
                 Read,
                 &[
-                    "bpf: kernel lacks kfunc bpf_mem_cgroup_page_state",
-                    "stream: the kernel has no stream files",
+                    Not(Bpf, kfunc("bpf_mem_cgroup_page_state")),
+                    Not(Stream, no_streams()),
                 ],
             ),
             (
                 MemoryNumaStat,
                 Read,
-                &["bpf: kernel lacks kfunc bpf_mem_cgroup_flush_stats"],
+                &[Not(Bpf, kfunc("bpf_mem_cgroup_flush_stats"))],
             ),
         ],
     );
@@ -163,15 +194,15 @@ fn no_memcg_kfuncs_reads_memory_stat_or_streams_it() {
     check(
         &p,
         &[
-            (MemoryStat, Stream, &["last interval flush"]),
+            (MemoryStat, Stream, &[Fresh(Freshness::StreamInterval)]),
             (IoStat, Stream, &[]),
             (CpuStat, Bpf, &[]),
             (
                 MemoryNumaStat,
                 Read,
                 &[
-                    "bpf_mem_cgroup_flush_stats",
-                    "stream: the kernel has no memory.numa_stat.stream",
+                    Not(Bpf, kfunc("bpf_mem_cgroup_flush_stats")),
+                    Not(Stream, NotServed::NoStreamFile(MemoryNumaStat)),
                 ],
             ),
         ],
@@ -180,18 +211,23 @@ fn no_memcg_kfuncs_reads_memory_stat_or_streams_it() {
 
 #[test]
 fn bpf_unavailable_falls_to_streams_then_read() {
-    let why = "cannot load the cgroup iterator: Operation not permitted (os error 1)";
-    let p = plan(BackendChoice::Auto, Err(why), true);
+    let why = NotServed::Unavailable(
+        "cannot load the cgroup iterator: Operation not permitted (os error 1)".into(),
+    );
+    let p = plan(BackendChoice::Auto, Err(why.clone()), true);
     streams_then_read(
         &p,
         &[
-            &format!("bpf: {why}"),
-            "stream: the kernel has no memory.current.stream",
+            Not(Bpf, why.clone()),
+            Not(Stream, NotServed::NoStreamFile(MemoryCurrent)),
         ],
     );
-    let p = plan(BackendChoice::Auto, Err(why), false);
+    let p = plan(BackendChoice::Auto, Err(why.clone()), false);
     all_but(&p, &[], Read);
-    check(&p, &[(CpuStat, Read, &[why, "no stream files"])]);
+    check(
+        &p,
+        &[(CpuStat, Read, &[Not(Bpf, why), Not(Stream, no_streams())])],
+    );
 }
 
 /// Probing itself, against a BTF file that is not there: it stops before
@@ -204,10 +240,13 @@ fn btf_missing_stops_probing_with_the_reason() {
     let probe = probe_with(root_fd.as_fd(), Some(&missing));
     assert!(probe.backend.is_none());
     let why = probe.capability.clone().unwrap_err();
-    assert!(why.contains("no BTF at"), "{why}");
+    let NotServed::Unavailable(error) = &why else {
+        panic!("{why:?}")
+    };
+    assert_eq!(*error, format!("no BTF at {}", missing.display()));
     let p = Plan::choose(BackendChoice::Auto, &probe.capability, &stream(false)).unwrap();
     all_but(&p, &[], Read);
-    check(&p, &[(MemoryStat, Read, &[&format!("bpf: {why}")])]);
+    check(&p, &[(MemoryStat, Read, &[Not(Bpf, why.clone())])]);
     let e = Plan::choose(BackendChoice::Bpf, &probe.capability, &stream(true)).unwrap_err();
     assert_eq!(
         e.to_string(),
@@ -225,30 +264,34 @@ fn forced_backends() {
             (
                 MemoryStat,
                 Read,
-                &["bpf: kernel lacks kfunc bpf_mem_cgroup_page_state"],
+                &[Not(Bpf, kfunc("bpf_mem_cgroup_page_state"))],
             ),
             (CpuStat, Bpf, &[]),
         ],
     );
-    assert!(!p.files.iter().any(|c| c.reason.contains("stream")), "{p}");
+    assert!(
+        p.files
+            .iter()
+            .all(|c| c.not_served.iter().all(|r| r.backend == Bpf)),
+        "{p}"
+    );
     // stream: its three files, the rest plain read, even with BPF there.
     let p = plan(BackendChoice::Stream, Ok(&full()), true);
-    streams_then_read(&p, &["stream: the kernel has no memory.current.stream"]);
-    let stream_cap = stream(false);
-    let e = Plan::choose(BackendChoice::Stream, &Ok(support(&full())), &stream_cap).unwrap_err();
-    assert!(
-        e.to_string()
-            .starts_with("--cgroup-backend stream is unavailable: the kernel has no stream files"),
-        "{e}"
+    streams_then_read(&p, &[Not(Stream, NotServed::NoStreamFile(MemoryCurrent))]);
+    let e = Plan::choose(BackendChoice::Stream, &Ok(support(&full())), &stream(false)).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        format!("--cgroup-backend stream is unavailable: {}", no_streams())
     );
-    // read: everything, whatever the kernel has.
+    // read: everything, whatever the kernel has, no backend tried.
     let p = plan(BackendChoice::Read, Ok(&full()), true);
     all_but(&p, &[], Read);
-    check(&p, &[(CpuStat, Read, &["--cgroup-backend read"])]);
+    assert!(p.files.iter().all(|c| c.not_served.is_empty()), "{p}");
 }
 
 #[test]
 fn a_missing_kernel_fact_sends_its_files_to_read() {
+    let lacks = |what: &str| Not(Bpf, NotServed::MissingFact(what.to_owned()));
     let p = plan(
         BackendChoice::Auto,
         Ok(&without_fact("memcg_zswap_max")),
@@ -260,7 +303,7 @@ fn a_missing_kernel_fact_sends_its_files_to_read() {
         &[(
             MemoryZswapMax,
             Read,
-            &["kernel lacks struct member mem_cgroup.zswap_max"],
+            &[lacks("struct member mem_cgroup.zswap_max")],
         )],
     );
     let p = plan(BackendChoice::Auto, Ok(&without_fact("pids_ctrl")), false);
@@ -271,7 +314,7 @@ fn a_missing_kernel_fact_sends_its_files_to_read() {
             &[(
                 f,
                 Read,
-                &["kernel lacks enum value cgroup_subsys_id.pids_cgrp_id"],
+                &[lacks("enum value cgroup_subsys_id.pids_cgrp_id")],
             )],
         );
     }
@@ -280,7 +323,11 @@ fn a_missing_kernel_fact_sends_its_files_to_read() {
     check(
         &p,
         &[
-            (MemoryStat, Read, &["memory_cgrp_id"]),
+            (
+                MemoryStat,
+                Read,
+                &[lacks("enum value cgroup_subsys_id.memory_cgrp_id")],
+            ),
             (MemoryEventsLocal, Read, &[]),
             (CpuStat, Bpf, &[]),
         ],
@@ -289,8 +336,9 @@ fn a_missing_kernel_fact_sends_its_files_to_read() {
 
 #[test]
 fn config_and_machine_limits() {
+    let no_swap_why = "kernel has no memory.swap.* (CONFIG_SWAP)";
     let no_swap = Found {
-        swap_files: Err("kernel has no memory.swap.* (CONFIG_SWAP)".into()),
+        swap_files: Err(no_swap_why.into()),
         ..full()
     };
     let p = plan(BackendChoice::Auto, Ok(&no_swap), false);
@@ -299,7 +347,8 @@ fn config_and_machine_limits() {
         &[IoStat, MemorySwapCurrent, MemorySwapMax, MemoryZswapMax],
         Bpf,
     );
-    check(&p, &[(MemorySwapMax, Read, &["CONFIG_SWAP"])]);
+    let why = NotServed::NoSwapFiles(no_swap_why.into());
+    check(&p, &[(MemorySwapMax, Read, &[Not(Bpf, why)])]);
 
     let no_numa = Found {
         has_numa_stat: false,
@@ -309,11 +358,7 @@ fn config_and_machine_limits() {
     let p = plan(BackendChoice::Auto, Ok(&no_numa), false);
     check(
         &p,
-        &[(
-            MemoryNumaStat,
-            Read,
-            &["kernel has no memory.numa_stat (CONFIG_NUMA)"],
-        )],
+        &[(MemoryNumaStat, Read, &[Not(Bpf, NotServed::NoNumaStat)])],
     );
     let many_nodes = Found {
         nodes: NUMA_NODES + 1,
@@ -323,7 +368,11 @@ fn config_and_machine_limits() {
     check(
         &p,
         &[
-            (MemoryNumaStat, Read, &["NUMA nodes"]),
+            (
+                MemoryNumaStat,
+                Read,
+                &[Not(Bpf, NotServed::TooManyNumaNodes(NUMA_NODES))],
+            ),
             (CpusetMems, Bpf, &[]),
         ],
     );
@@ -334,10 +383,10 @@ fn config_and_machine_limits() {
     };
     let p = plan(BackendChoice::Auto, Ok(&many_cpus), false);
     for f in [CpusetCpus, CpusetCpusEffective] {
-        check(&p, &[(f, Read, &["more CPUs than a record holds"])]);
+        check(&p, &[(f, Read, &[Not(Bpf, NotServed::TooManyCpus)])]);
     }
     for f in [CpusetMems, CpusetMemsEffective] {
-        check(&p, &[(f, Read, &["more nodes than a record holds"])]);
+        check(&p, &[(f, Read, &[Not(Bpf, NotServed::TooManyNodes)])]);
     }
 }
 
@@ -352,27 +401,30 @@ fn pressure_without_the_clock_or_psi() {
     // BPF for the groups whose files need no clock, text for the others.
     let p = plan(BackendChoice::Auto, Ok(&no_clock), false);
     all_but(&p, &[IoStat], Bpf);
+    let idle_only =
+        |p: &Plan, f: StatFile| match &p.files.iter().find(|c| c.file == f).unwrap().served {
+            Some(s) => match &s.fresh {
+                Freshness::PressureIdleOnly(NotServed::PsiNoClock(why)) => why.clone(),
+                other => panic!("{f}: {other:?}"),
+            },
+            None => panic!("{f}: not served"),
+        };
     for f in pressure {
-        check(
-            &p,
-            &[(
-                f,
-                Bpf,
-                &[
-                    "averages at 0",
-                    "the others and the root cgroup: text",
-                    "cannot bring the averages",
-                    "CONFIG_KALLSYMS_ALL",
-                ],
-            )],
-        );
+        assert!(idle_only(&p, f).contains("CONFIG_KALLSYMS_ALL"));
     }
     let odd_hz = Found {
         psi_no_clock: PSI_ODD_HZ,
-        ..no_clock
+        ..no_clock.clone()
     };
     let p = plan(BackendChoice::Auto, Ok(&odd_hz), false);
-    check(&p, &[(MemoryPressure, Bpf, &["HZ does not divide 10^6"])]);
+    assert_ne!(
+        idle_only(&p, MemoryPressure),
+        idle_only(
+            &plan(BackendChoice::Auto, Ok(&no_clock), false),
+            MemoryPressure
+        ),
+        "each code its own reason"
+    );
     let no_psi = Found {
         features: full().features & !(FEAT_PSI | FEAT_PSI_CLOCK),
         ..full()
@@ -384,7 +436,10 @@ fn pressure_without_the_clock_or_psi() {
             &[(
                 f,
                 Read,
-                &["no cgroup PSI (CONFIG_PSI)", "stream: the kernel has no"],
+                &[
+                    Not(Bpf, NotServed::NoPsi),
+                    Not(Stream, NotServed::NoStreamFile(f)),
+                ],
             )],
         );
     }

@@ -25,19 +25,17 @@
 
 use super::contract::*;
 use super::load::PsiClock;
+use crate::NotServed;
 
 /// Why pressure is left to the files after a pass with `features`
 /// (FEAT_*) and `no_clock` (`Pass::psi_no_clock`), for the log; None when
 /// BPF serves it. Without the clock an idle group's averages stay where
 /// they were when it went idle: no stale values, text instead.
-pub(crate) fn left_to_files(features: u32, no_clock: usize) -> Option<String> {
+pub(crate) fn left_to_files(features: u32, no_clock: usize) -> Option<NotServed> {
     if features & FEAT_PSI == 0 {
-        Some("kernel has no cgroup PSI (CONFIG_PSI) or an unknown psi_group layout".to_owned())
+        Some(NotServed::NoPsi)
     } else if features & FEAT_PSI_CLOCK == 0 {
-        Some(format!(
-            "cannot bring the averages to the pass's moment: {}",
-            no_clock_reason(no_clock)
-        ))
+        Some(NotServed::PsiNoClock(no_clock_reason(no_clock).to_owned()))
     } else {
         None
     }

@@ -38,14 +38,14 @@ struct Args {
 #[derive(Subcommand)]
 enum Check {
     /// Print the plan for BACKEND, or why it cannot run; fail unless each
-    /// --bpf FILE is served by BPF and each --read FILE=REASON is read as
-    /// text with a reason containing REASON
+    /// --bpf FILE is served by BPF and each --read FILE=WHY[:DETAIL] is read
+    /// as text, BPF's refusal that variant (its JSON `why`, and `detail`)
     Plan {
         #[arg(default_value = "auto")]
         backend: BackendChoice,
         #[arg(long = "bpf", value_name = "FILE")]
         bpf: Vec<String>,
-        #[arg(long = "read", value_name = "FILE=REASON")]
+        #[arg(long = "read", value_name = "FILE=WHY[:DETAIL]")]
         read: Vec<String>,
     },
     /// Loaded, frozen tree of N cgroups: what BACKEND serves == plain read
@@ -184,17 +184,31 @@ fn plan(backend: BackendChoice, bpf: &[String], read: &[String]) -> Result<()> {
     let plan = c.plan();
     print!("{plan}");
     let mut wrong = Vec::new();
-    let mut expect = |file: &str, kind: BackendKind, reason: &str| match plan
-        .files
-        .iter()
-        .find(|c| c.file.name() == file)
-    {
-        Some(c) if c.backend == kind && c.reason.contains(reason) => {}
-        Some(c) => wrong.push(format!(
-            "{file}: {} ({}), not {kind} ({reason})",
-            c.backend, c.reason
-        )),
-        None => wrong.push(format!("{file}: not in the plan")),
+    // `why`: BPF's refusal as its JSON tag and detail ("missing_kfunc:NAME").
+    let mut expect = |file: &str, kind: BackendKind, why: &str| {
+        let Some(c) = plan.files.iter().find(|c| c.file.name() == file) else {
+            wrong.push(format!("{file}: not in the plan"));
+            return;
+        };
+        let refused = |(tag, detail): (&str, Option<&str>)| {
+            c.not_served.iter().any(|r| {
+                let v = serde_json::to_value(&r.why).unwrap_or_default();
+                r.backend == BackendKind::Bpf
+                    && v["why"] == tag
+                    && detail.is_none_or(|d| v["detail"] == d)
+            })
+        };
+        let why_ok = why.is_empty()
+            || refused(
+                why.split_once(':')
+                    .map_or((why, None), |(t, d)| (t, Some(d))),
+            );
+        if c.backend != kind || !why_ok {
+            wrong.push(format!(
+                "{file}: {} ({}), not {kind} ({why})",
+                c.backend, c.reason
+            ));
+        }
     };
     for f in bpf {
         expect(f, BackendKind::Bpf, "");
