@@ -81,8 +81,6 @@ fn all_zero(d: &procfs::DiskStat) -> bool {
     .all(|v| *v == Some(0))
 }
 
-/// Logs a reader's error, as below's collector does for the parts a sample
-/// can go without.
 /// A failed task-iterator pass costs this sample its BPF processes, not
 /// the sample: they are read from /proc, and the next sample tries the
 /// pass again (as a failed cgroup pass falls back to the files).
@@ -97,6 +95,8 @@ fn or_procfs(
     })
 }
 
+/// Logs a reader's error, as below's collector does for the parts a sample
+/// can go without.
 fn logged<T, E: std::fmt::Display>(logger: &slog::Logger, r: Result<T, E>) -> Option<T> {
     r.map_err(|e| error!(logger, "{:#}", e)).ok()
 }
