@@ -39,9 +39,11 @@ pub enum NotServed {
     TooManyCpus,
     /// More memory nodes than a record's nodemask holds.
     TooManyNodes,
-    /// No cgroup PSI (CONFIG_PSI) or an unknown psi_group layout.
-    NoPsi,
-    /// The pass cannot bring the pressure averages to its moment: why.
+    /// No cgroup PSI (CONFIG_PSI) or an unknown psi_group layout (as the
+    /// program's side says it).
+    NoPsi(String),
+    /// The pass cannot bring the pressure averages to its moment (as the
+    /// program's side says why).
     PsiNoClock(String),
     /// The kernel has no `<file>.stream`.
     NoStreamFile(StatFile),
@@ -56,19 +58,16 @@ impl fmt::Display for NotServed {
             NotServed::MissingFact(what) => write!(f, "kernel lacks {what}"),
             NotServed::MissingKfunc(name) => write!(f, "kernel lacks kfunc {name}"),
             NotServed::MissingKsym(name) => write!(f, "kernel symbol {name} not in kallsyms"),
-            NotServed::NoSwapFiles(why) | NotServed::NumaLayout(why) => f.write_str(why),
+            NotServed::NoSwapFiles(why)
+            | NotServed::NumaLayout(why)
+            | NotServed::NoPsi(why)
+            | NotServed::PsiNoClock(why) => f.write_str(why),
             NotServed::NoNumaStat => f.write_str("kernel has no memory.numa_stat (CONFIG_NUMA)"),
             NotServed::TooManyNumaNodes(n) => {
                 write!(f, "more than {n} NUMA nodes: the program reads {n}")
             }
             NotServed::TooManyCpus => f.write_str("more CPUs than a record holds"),
             NotServed::TooManyNodes => f.write_str("more nodes than a record holds"),
-            NotServed::NoPsi => {
-                f.write_str("kernel has no cgroup PSI (CONFIG_PSI) or an unknown psi_group layout")
-            }
-            NotServed::PsiNoClock(why) => {
-                write!(f, "cannot bring the averages to the pass's moment: {why}")
-            }
             NotServed::NoStreamFile(file) => write!(f, "the kernel has no {file}.stream"),
         }
     }
@@ -94,26 +93,21 @@ pub enum Freshness {
 }
 
 /// How the BPF pass walks the tree: whether the host's cgroup operations
-/// wait for it.
+/// wait for it (each as the program's side says it).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "walk", content = "detail", rename_all = "snake_case")]
 pub enum PassWalk {
     /// Listed under RCU, read by id: no cgroup lock.
-    Rcu,
-    /// The cgroup iterator, under cgroup_mutex for the whole walk: why not
-    /// under RCU.
+    Rcu(String),
+    /// The cgroup iterator, under cgroup_mutex for the whole walk, and why
+    /// not under RCU.
     CgroupMutex(String),
 }
 
 impl fmt::Display for PassWalk {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            PassWalk::Rcu => {
-                f.write_str("the pass holds no cgroup lock (lists under RCU, reads by id)")
-            }
-            PassWalk::CgroupMutex(why) => {
-                write!(f, "the pass holds cgroup_mutex for the whole walk ({why})")
-            }
+            PassWalk::Rcu(says) | PassWalk::CgroupMutex(says) => f.write_str(says),
         }
     }
 }

@@ -17,6 +17,7 @@
 //! libbpf_rs::Iter. One form of the pass is loaded ([`Walk`]): under RCU
 //! where the kernel allows it, else the cgroup iterator.
 
+use std::fmt;
 use std::os::fd::AsRawFd;
 use std::os::fd::BorrowedFd;
 use std::os::unix::fs::MetadataExt;
@@ -84,16 +85,17 @@ impl Walk {
     }
 }
 
-impl From<&Walk> for crate::PassWalk {
-    fn from(w: &Walk) -> Self {
-        match w {
-            Walk::Rcu => crate::PassWalk::Rcu,
+impl fmt::Display for Walk {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Walk::Rcu => f.write_str("the pass holds no cgroup lock (lists under RCU, reads by id)"),
             Walk::Locked(NoRcuWalk::Unavailable(why)) => {
-                crate::PassWalk::CgroupMutex(why.to_string())
+                write!(f, "the pass holds cgroup_mutex for the whole walk ({why})")
             }
-            Walk::Locked(NoRcuWalk::Load(why)) => {
-                crate::PassWalk::CgroupMutex(format!("the walk under RCU did not load: {why}"))
-            }
+            Walk::Locked(NoRcuWalk::Load(why)) => write!(
+                f,
+                "the pass holds cgroup_mutex for the whole walk (the walk under RCU did not load: {why})"
+            ),
         }
     }
 }

@@ -220,7 +220,10 @@ pub(crate) fn support(found: &Found) -> Support {
     ];
     // Without the clock only, BPF still serves the groups whose files need
     // none (sample::pressure_exact) and the rest are read per cgroup.
-    let psi_gap = psi::left_to_files(features, psi_no_clock);
+    let psi_gap = psi::left_to_files(features, psi_no_clock).map(|why| match features & FEAT_PSI {
+        0 => NotServed::NoPsi(why),
+        _ => NotServed::PsiNoClock(why),
+    });
     let no_clock = psi_gap.clone().filter(|_| features & FEAT_PSI != 0);
     if let (Some(why), None) = (&psi_gap, &no_clock) {
         for f in pressure {
@@ -229,7 +232,10 @@ pub(crate) fn support(found: &Found) -> Support {
     }
     // How fresh what BPF serves is, and whether the host's cgroup
     // operations wait for the pass.
-    let walk = PassWalk::from(&found.walk);
+    let walk = match &found.walk {
+        Walk::Rcu => PassWalk::Rcu(found.walk.to_string()),
+        Walk::Locked(_) => PassWalk::CgroupMutex(found.walk.to_string()),
+    };
     let served = files
         .iter()
         .map(|f| {

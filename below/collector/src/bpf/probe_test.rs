@@ -12,6 +12,7 @@ use super::load::Walk;
 use super::probe::probe_with;
 use super::probe::support;
 use super::probe::Found;
+use super::psi;
 use crate::plan::BackendChoice;
 use crate::plan::BackendKind;
 use crate::plan::Capability;
@@ -437,7 +438,7 @@ fn pressure_without_the_clock_or_psi() {
                 f,
                 Read,
                 &[
-                    Not(Bpf, NotServed::NoPsi),
+                    Not(Bpf, NotServed::NoPsi(psi::left_to_files(0, 0).unwrap())),
                     Not(Stream, NotServed::NoStreamFile(f)),
                 ],
             )],

@@ -25,17 +25,19 @@
 
 use super::contract::*;
 use super::load::PsiClock;
-use crate::NotServed;
 
 /// Why pressure is left to the files after a pass with `features`
 /// (FEAT_*) and `no_clock` (`Pass::psi_no_clock`), for the log; None when
 /// BPF serves it. Without the clock an idle group's averages stay where
 /// they were when it went idle: no stale values, text instead.
-pub(crate) fn left_to_files(features: u32, no_clock: usize) -> Option<NotServed> {
+pub(crate) fn left_to_files(features: u32, no_clock: usize) -> Option<String> {
     if features & FEAT_PSI == 0 {
-        Some(NotServed::NoPsi)
+        Some("kernel has no cgroup PSI (CONFIG_PSI) or an unknown psi_group layout".to_owned())
     } else if features & FEAT_PSI_CLOCK == 0 {
-        Some(NotServed::PsiNoClock(no_clock_reason(no_clock).to_owned()))
+        Some(format!(
+            "cannot bring the averages to the pass's moment: {}",
+            no_clock_reason(no_clock)
+        ))
     } else {
         None
     }
