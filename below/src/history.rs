@@ -58,13 +58,18 @@ pub const REPLAY_FIRST: Duration = Duration::from_secs(10 * 60);
 pub const REPLAY_FOLLOW: Duration = Duration::from_secs(12 * 60 * 60);
 
 /// The samples `replay` starting at `ts` reads first, and up to when it
-/// goes on reading.
-pub fn replay_range(ts: SystemTime) -> (SystemTime, SystemTime, SystemTime) {
+/// goes on reading: around `first`, the first sample at or after `ts`,
+/// where the view opens however long after `ts` it is.
+pub fn replay_range(
+    ts: SystemTime,
+    first: Option<SystemTime>,
+) -> (SystemTime, SystemTime, SystemTime) {
+    let opens = first.map_or(ts, |f| f.max(ts));
     (
         ts.checked_sub(REPLAY_BEFORE)
             .unwrap_or(SystemTime::UNIX_EPOCH),
-        ts + REPLAY_FIRST,
-        ts + REPLAY_FOLLOW,
+        opens + REPLAY_FIRST,
+        opens + REPLAY_FOLLOW,
     )
 }
 
@@ -218,4 +223,25 @@ pub fn snapshot(
     eprintln!("{} samples", n);
     println!("Snapshot has been created at {}", output.display());
     Ok(())
+}
+
+#[cfg(test)]
+mod test {
+    use super::*;
+
+    /// The view opens at the first sample at or after the time asked for:
+    /// the part read before it opens holds that sample, however far on.
+    #[test]
+    fn replay_reads_first_around_the_sample_it_opens_at() {
+        let ts = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+        let hour = Duration::from_secs(3600);
+        let (begin, end, more) = replay_range(ts, Some(ts + hour));
+        assert_eq!(begin, ts - REPLAY_BEFORE);
+        assert_eq!(end, ts + hour + REPLAY_FIRST);
+        assert_eq!(more, ts + hour + REPLAY_FOLLOW);
+        // No sample after it (or one at it): around the time asked for.
+        for first in [None, Some(ts)] {
+            assert_eq!(replay_range(ts, first).1, ts + REPLAY_FIRST);
+        }
+    }
 }
