@@ -24,12 +24,12 @@ use crate::StatFile;
 
 /// What probing against `btf` found: the plan's files by backend, the
 /// reasons, the facts the program reported.
-struct Found {
+struct Probe {
     plan: Plan,
     facts: u64,
 }
 
-fn probe_against(root: &File, btf: &Path) -> Found {
+fn probe_against(root: &File, btf: &Path) -> Probe {
     let probe = probe_with(root.as_fd(), Some(btf));
     let plan = Plan::choose(
         BackendChoice::Auto,
@@ -42,7 +42,7 @@ fn probe_against(root: &File, btf: &Path) -> Found {
         .backend
         .unwrap_or_else(|| panic!("the program did not load: {cap:?}"));
     let facts = backend.program.run().expect("a pass").facts;
-    Found { plan, facts }
+    Probe { plan, facts }
 }
 
 fn write(dir: &Path, name: &str, raw: &[u8]) -> std::path::PathBuf {

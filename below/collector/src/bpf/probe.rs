@@ -55,7 +55,7 @@ fn missing(fact: &Fact) -> NotServed {
 /// cgroups and a trial pass. The files BPF serves, and why not the others,
 /// are a function of it alone ([`support`]).
 #[derive(Clone, Debug)]
-pub(crate) struct Found {
+pub(crate) struct Probed {
     /// This machine's possible CPUs and NUMA nodes.
     pub(crate) cpus: usize,
     pub(crate) nodes: usize,
@@ -111,7 +111,7 @@ pub(crate) fn probe_with(root_fd: BorrowedFd, btf: Option<&Path>) -> Probe {
         Ok(pass) => (pass.features, pass.facts, pass.psi_no_clock, pass.cgroups),
         Err(e) => return fail(format!("the cgroup iterator failed: {e:#}")),
     };
-    let found = Found {
+    let found = Probed {
         cpus,
         nodes,
         has_numa_stat,
@@ -132,8 +132,8 @@ pub(crate) fn probe_with(root_fd: BorrowedFd, btf: Option<&Path>) -> Probe {
 
 /// The files BPF serves on a kernel where it runs: why not the others,
 /// and how fresh each one it serves is.
-pub(crate) fn support(found: &Found) -> Support {
-    let &Found {
+pub(crate) fn support(found: &Probed) -> Support {
+    let &Probed {
         cpus,
         nodes,
         has_numa_stat,

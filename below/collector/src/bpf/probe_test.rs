@@ -1,5 +1,5 @@
 //! The plan as a function of kernel facts, on the host with no BPF: what
-//! probing found ([`Found`], or why BPF cannot run), whether the stream
+//! probing found ([`Probed`], or why BPF cannot run), whether the stream
 //! files exist, and `--cgroup-backend`, to each file's backend and reason.
 //! (A file that fails to parse at a sample is that file's error, not a
 //! plan change: read_test's malformed_file_fails_that_file_only.)
@@ -11,7 +11,7 @@ use super::contract::*;
 use super::load::Walk;
 use super::probe::probe_with;
 use super::probe::support;
-use super::probe::Found;
+use super::probe::Probed;
 use super::psi;
 use crate::plan::BackendChoice;
 use crate::plan::BackendKind;
@@ -27,8 +27,8 @@ use BackendKind::Read;
 use BackendKind::Stream;
 
 /// A kernel with every fact and feature (Debian 7.3 on a small machine).
-fn full() -> Found {
-    Found {
+fn full() -> Probed {
+    Probed {
         cpus: 2,
         nodes: 1,
         has_numa_stat: true,
@@ -43,17 +43,17 @@ fn full() -> Found {
 
 /// Without the memcg kfuncs (Debian 6.1, 6.12): the pass has no NUMA
 /// values either.
-fn no_memcg_kfuncs() -> Found {
-    Found {
+fn no_memcg_kfuncs() -> Probed {
+    Probed {
         features: FEAT_CPU_FLUSH | FEAT_PSI | FEAT_PSI_CLOCK,
         ..full()
     }
 }
 
 /// Without the fact named `name`.
-fn without_fact(name: &str) -> Found {
+fn without_fact(name: &str) -> Probed {
     let i = KERNEL_FACTS.iter().position(|f| f.name == name).unwrap();
-    Found {
+    Probed {
         facts: full().facts & !(1 << i),
         ..full()
     }
@@ -72,7 +72,7 @@ fn no_streams() -> NotServed {
     NotServed::Unavailable(crate::stream::NO_STREAM_FILES.to_owned())
 }
 
-fn plan(choice: BackendChoice, bpf: Result<&Found, NotServed>, streams: bool) -> Plan {
+fn plan(choice: BackendChoice, bpf: Result<&Probed, NotServed>, streams: bool) -> Plan {
     let bpf = bpf.map(support);
     Plan::choose(choice, &bpf, &stream(streams)).unwrap()
 }
@@ -338,7 +338,7 @@ fn a_missing_kernel_fact_sends_its_files_to_read() {
 #[test]
 fn config_and_machine_limits() {
     let no_swap_why = "kernel has no memory.swap.* (CONFIG_SWAP)";
-    let no_swap = Found {
+    let no_swap = Probed {
         swap_files: Err(no_swap_why.into()),
         ..full()
     };
@@ -351,7 +351,7 @@ fn config_and_machine_limits() {
     let why = NotServed::NoSwapFiles(no_swap_why.into());
     check(&p, &[(MemorySwapMax, Read, &[Not(Bpf, why)])]);
 
-    let no_numa = Found {
+    let no_numa = Probed {
         has_numa_stat: false,
         features: full().features & !FEAT_NUMA,
         ..full()
@@ -361,7 +361,7 @@ fn config_and_machine_limits() {
         &p,
         &[(MemoryNumaStat, Read, &[Not(Bpf, NotServed::NoNumaStat)])],
     );
-    let many_nodes = Found {
+    let many_nodes = Probed {
         nodes: NUMA_NODES + 1,
         ..full()
     };
@@ -377,7 +377,7 @@ fn config_and_machine_limits() {
             (CpusetMems, Bpf, &[]),
         ],
     );
-    let many_cpus = Found {
+    let many_cpus = Probed {
         cpus: CPU_WORDS * 64 + 1,
         nodes: 65,
         ..full()
@@ -394,7 +394,7 @@ fn config_and_machine_limits() {
 #[test]
 fn pressure_without_the_clock_or_psi() {
     let pressure = [CpuPressure, IoPressure, MemoryPressure];
-    let no_clock = Found {
+    let no_clock = Probed {
         features: full().features & !FEAT_PSI_CLOCK,
         psi_no_clock: PSI_NO_SYMBOLS,
         ..full()
@@ -413,7 +413,7 @@ fn pressure_without_the_clock_or_psi() {
     for f in pressure {
         assert!(idle_only(&p, f).contains("CONFIG_KALLSYMS_ALL"));
     }
-    let odd_hz = Found {
+    let odd_hz = Probed {
         psi_no_clock: PSI_ODD_HZ,
         ..no_clock.clone()
     };
@@ -426,7 +426,7 @@ fn pressure_without_the_clock_or_psi() {
         ),
         "each code its own reason"
     );
-    let no_psi = Found {
+    let no_psi = Probed {
         features: full().features & !(FEAT_PSI | FEAT_PSI_CLOCK),
         ..full()
     };
