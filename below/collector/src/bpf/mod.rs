@@ -13,7 +13,16 @@
 //!   in pass modes (the core program is below main's, `cgroup_rank.h`);
 //! - `protocol`: which passes a sample runs (FULL, or RANK then WANTED);
 //! - `probe`: what this kernel allows, per stat file;
-//! - `decode`: a record to a `CgroupSample`.
+//! - `decode`: a record's fields as below's types; `fill`: a record into
+//!   a `CgroupSample` (the files the plan gives BPF) and its top-N value;
+//! - `kernel`, `psi`: what BTF says of this kernel; pressure at the pass.
+//!
+//! Shared with below main's series (patches/below/reader carries them
+//! verbatim, `tests/upstream/sync.sh --check`): `cgroup_stats.bpf.c`,
+//! `cgroup_stats.h`, `contract_gen.rs`, `contract.rs`, `decode.rs`,
+//! `kernel.rs`, `load.rs`, `psi.rs` (with their tests) and bstats-bpf's
+//! `layer.rs`: they use nothing of the fork's, and a change to one goes
+//! into the series (`tests/upstream/sync.sh --refresh`).
 //!
 //! What BPF cannot serve is read as text for that file only: the root's
 //! cpu.stat and pressure from kept fds ([`RootText`]), and files the plan
@@ -25,6 +34,7 @@ pub(crate) mod contract;
 mod decode;
 #[cfg(test)]
 mod facts_test;
+mod fill;
 mod kernel;
 #[cfg(test)]
 mod kernel_test;
@@ -35,7 +45,6 @@ mod probe_test;
 mod protocol;
 mod psi;
 mod rank;
-mod sample;
 #[cfg(test)]
 mod walk_test;
 
@@ -139,7 +148,7 @@ impl BpfBackend {
                     let decoder = Decoder::new(&config, pass);
                     let by = ranker.top.by;
                     crate::top::keep(ranker, ix.table, |j| {
-                        sample::rank_value(&decoder, &records[ix.records[j]], by)
+                        fill::rank_value(&decoder, &records[ix.records[j]], by)
                     })
                 };
                 Some(Rank {
@@ -178,18 +187,18 @@ impl BpfBackend {
         let mut prev = std::mem::take(&mut self.prev_cputime);
         let root_text = &mut self.root_text;
         // Pressure BPF serves, read as text for a cgroup whose record
-        // cannot give what its files print (sample::pressure_exact).
+        // cannot give what its files print (fill::pressure_exact).
         let pressure_text = text.union(bpf.iter().filter(|f| f.is_pressure()).collect());
         for (pos, &i) in self.records.iter().enumerate() {
             let r = &records[i];
             let s = table.sample_mut(pos);
-            sample::fill(&decoder, r, loaded.numa(i), bpf, &mut prev, s);
+            fill::fill(&decoder, r, loaded.numa(i), bpf, &mut prev, s);
             let mut row_text = text;
             if r.level == 0 {
                 root_text
                     .get_or_insert_with(|| RootText::open(walker.root_fd(), root_text_files(bpf)))
                     .fill(s, errors);
-            } else if decode::has(r, contract::HAS_PSI) && !sample::pressure_exact(&decoder, r) {
+            } else if decode::has(r, contract::HAS_PSI) && !fill::pressure_exact(&decoder, r) {
                 row_text = pressure_text;
             }
             if bpf.contains(StatFile::CgroupControllers) {

@@ -219,7 +219,7 @@ pub(crate) fn support(found: &Probed) -> Support {
         StatFile::MemoryPressure,
     ];
     // Without the clock only, BPF still serves the groups whose files need
-    // none (sample::pressure_exact) and the rest are read per cgroup.
+    // none (fill::pressure_exact) and the rest are read per cgroup.
     let psi_gap = psi::left_to_files(features, psi_no_clock).map(|why| match features & FEAT_PSI {
         0 => NotServed::NoPsi(why),
         _ => NotServed::PsiNoClock(why),

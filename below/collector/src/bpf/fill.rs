@@ -199,5 +199,5 @@ fn same_bits(set: &BTreeSet<u32>, words: &[u64], limit: usize) -> bool {
 }
 
 #[cfg(test)]
-#[path = "sample_test.rs"]
+#[path = "fill_test.rs"]
 mod test;
