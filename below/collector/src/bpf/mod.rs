@@ -64,7 +64,7 @@ use self::load::Loaded;
 use self::load::Pass;
 pub(crate) use self::probe::probe;
 use self::protocol::Rank;
-use self::protocol::Visible;
+use self::protocol::TreeIndex;
 use self::rank::Passing;
 use self::rank::Program;
 use crate::read::RootText;
@@ -213,7 +213,7 @@ impl BpfBackend {
     }
 }
 
-impl Visible for Indexed<'_> {
+impl TreeIndex for Indexed<'_> {
     /// Indexes a pass's records: the visible cgroups (not filtered,
     /// parent visible) in pre-order, each one's parent, and what is known
     /// of each (learnt the first time its id is seen).

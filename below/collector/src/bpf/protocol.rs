@@ -37,7 +37,7 @@ pub(crate) trait Passes {
 
 /// The cgroups a sample shows, by record index, learnt anew after each
 /// pass that may have moved them.
-pub(crate) trait Visible {
+pub(crate) trait TreeIndex {
     fn index(&mut self, records: &[Record]);
     /// Record index of each visible cgroup, in pre-order.
     fn visible(&self) -> &[usize];
@@ -61,7 +61,7 @@ pub(crate) struct Rank<'a, V> {
 }
 
 /// Runs one sample's passes (see the module's doc).
-pub(crate) fn sample<P: Passes, V: Visible>(
+pub(crate) fn sample<P: Passes, V: TreeIndex>(
     p: &mut P,
     view: &mut V,
     rank: Option<Rank<'_, V>>,

@@ -124,7 +124,7 @@ impl Passes for Model {
 #[derive(Default)]
 struct All(Vec<usize>);
 
-impl Visible for All {
+impl TreeIndex for All {
     fn index(&mut self, records: &[Record]) {
         self.0 = (0..records.len()).collect();
     }
