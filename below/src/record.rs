@@ -264,8 +264,8 @@ pub fn record(logger: &slog::Logger, cfg: &Config, opts: RecordOpts) -> Result<(
                     let c = &collector.times;
                     let cost = bstats_model::SampleCost {
                         sample: n,
-                        below: c.rest,
-                        below_parts: collector.rest_times(),
+                        below: c.below,
+                        below_parts: collector.below_times(),
                         pass: c.pass,
                         cgroups: Some(c.cgroups),
                         tree: Some(c.tree),

@@ -79,7 +79,7 @@ pub fn record_floor(store_dir: &Path, root: &Path, phases: &Path, compress: bool
         let cost = bstats_model::SampleCost {
             sample: n.into(),
             below,
-            below_parts: c.rest_times(),
+            below_parts: c.below_times(),
             pass: Some(pass),
             store: write,
             drop: free,

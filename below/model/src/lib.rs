@@ -2,14 +2,14 @@
 //!
 //! below 0.9's `model::Collector` has no seam for another cgroup reader: the
 //! non-cgroup parts of the sample (procfs, system, network) come from
-//! below's own readers, assembled in [`rest`], and the cgroup tree is
+//! below's own readers, assembled in [`below_parts`], and the cgroup tree is
 //! filled by our [`bstats_collector::CgroupCollector`].
 //!
 //! A recorder's sample, top to bottom ([`Collector::collect_sample`]):
 //!
 //! | step | by | into |
 //! | --- | --- | --- |
-//! | processes, system, network | `rest` (below's readers; processes by the task iterator or procfs) | a new sample's non-cgroup parts |
+//! | processes, system, network | `below_parts` (below's readers; processes by the task iterator or procfs) | a new sample's non-cgroup parts |
 //! | the previous sample's non-cgroup parts dropped | | |
 //! | cgroups: one pass or the files, per the plan | `bstats_collector` | the collector's table |
 //! | below's cgroup tree | the table | the kept sample's tree, in place while the cgroups are the same |
@@ -18,7 +18,7 @@
 //! The sample stays the collector's: the caller borrows it until the next
 //! sample; `live` takes its samples out ([`Collector::collect_and_update_model`]).
 
-mod rest;
+mod below_parts;
 
 use std::time::Duration;
 use std::time::Instant;
@@ -101,11 +101,11 @@ impl Lap {
 pub struct SampleCost {
     /// The sample's number since the recorder started.
     pub sample: u64,
-    /// below's own collectors ([`SampleTimes::rest`]).
+    /// below's own collectors ([`SampleTimes::below`]).
     pub below: Phase,
     /// Parts of `below`.
     #[serde(flatten)]
-    pub below_parts: RestTimes,
+    pub below_parts: BelowTimes,
     /// The BPF iterator pass (part of `cgroups` when that is set).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pass: Option<Phase>,
@@ -133,7 +133,7 @@ pub struct SampleCost {
 impl SampleCost {
     /// The phases by name, the absent ones left out.
     pub fn named(&self) -> Vec<(&'static str, Phase)> {
-        let RestTimes { procs, system, net } = self.below_parts;
+        let BelowTimes { procs, system, net } = self.below_parts;
         [
             ("below", Some(self.below)),
             ("procs", Some(procs)),
@@ -196,7 +196,7 @@ pub struct SampleTimes {
     /// How it was made (None before the first sample).
     pub tree_build: Option<TreeBuild>,
     /// below's own collector (procfs, system, network).
-    pub rest: Phase,
+    pub below: Phase,
     /// Dropping the previous sample's non-cgroup parts.
     pub drop: Phase,
 }
@@ -210,10 +210,10 @@ impl From<Elapsed> for Phase {
     }
 }
 
-/// Parts of [`SampleTimes::rest`] (the optional ethtool, resctrl and btrfs
-/// stats are in `rest` only).
+/// Parts of [`SampleTimes::below`] (the optional ethtool, resctrl and
+/// btrfs stats are in `below` only).
 #[derive(Debug, Default, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub struct RestTimes {
+pub struct BelowTimes {
     /// Every process from procfs (fb_procfs: stat, status, io, cmdline…).
     pub procs: Phase,
     /// /proc/stat, meminfo, vmstat, slabinfo, disks, hostname, kernel and
@@ -225,7 +225,7 @@ pub struct RestTimes {
 
 pub struct Collector {
     logger: slog::Logger,
-    rest: rest::Rest,
+    below_parts: below_parts::BelowParts,
     cgroups: CgroupCollector,
     /// The last sample, lent by [`Collector::collect_sample`]; its tree is
     /// the one the cgroup collector fills in place.
@@ -246,7 +246,7 @@ impl Collector {
     ) -> Result<Self> {
         let cgroups = CgroupCollector::new(cgroup_opts)?;
         Ok(Collector {
-            rest: rest::Rest::new(logger.clone(), below_opts),
+            below_parts: below_parts::BelowParts::new(logger.clone(), below_opts),
             logger,
             cgroups,
             sample: Sample::default(),
@@ -258,17 +258,17 @@ impl Collector {
 
     /// Processes from `p` (BPF or procfs) instead of fb_procfs.
     pub fn set_processes(&mut self, p: bstats_procs::Processes) {
-        self.rest.set_processes(p);
+        self.below_parts.set_processes(p);
     }
 
     /// The process backend set with [`Collector::set_processes`].
     pub fn processes_plan(&self) -> Option<&bstats_procs::Plan> {
-        self.rest.processes_plan()
+        self.below_parts.processes_plan()
     }
 
     /// Where the last sample's below collectors spent their time.
-    pub fn rest_times(&self) -> RestTimes {
-        self.rest.times
+    pub fn below_times(&self) -> BelowTimes {
+        self.below_parts.times
     }
 
     pub fn cgroups(&self) -> &CgroupCollector {
@@ -281,14 +281,14 @@ impl Collector {
 
     /// Only below's own collectors: the sample without its cgroup tree.
     pub fn collect_below(&mut self) -> Result<Sample> {
-        self.rest.collect()
+        self.below_parts.collect()
     }
 
     /// Collects a sample and lends it until the next one.
     pub fn collect_sample(&mut self) -> Result<&Sample> {
         let mut lap = Lap::start();
         let below = self.collect_below()?;
-        let rest = lap.lap();
+        let below_time = lap.lap();
         let tree = std::mem::take(&mut self.sample.cgroup);
         self.sample = Sample {
             cgroup: tree,
@@ -311,7 +311,7 @@ impl Collector {
         cgroups.wall = cgroups.wall.saturating_sub(tree.took.wall);
         self.times = SampleTimes {
             pass: report.pass.map(Phase::from),
-            rest,
+            below: below_time,
             cgroups,
             tree: tree.took.into(),
             tree_build: Some(tree.build),
@@ -379,7 +379,7 @@ mod test {
         let cost = SampleCost {
             sample: 7,
             below: p(1500, 2000),
-            below_parts: RestTimes {
+            below_parts: BelowTimes {
                 procs: p(1000, 1200),
                 ..Default::default()
             },

@@ -101,20 +101,20 @@ fn logged<T, E: std::fmt::Display>(logger: &slog::Logger, r: Result<T, E>) -> Op
     r.map_err(|e| error!(logger, "{:#}", e)).ok()
 }
 
-pub(crate) struct Rest {
+pub(crate) struct BelowParts {
     logger: slog::Logger,
     procs: procfs::ProcReader,
     /// Where processes come from (fb_procfs unless set).
     processes: Option<bstats_procs::Processes>,
     opts: model::CollectorOptions,
     os_release: OsRelease,
-    /// Where the last [`Rest::collect`] spent its time.
-    pub times: crate::RestTimes,
+    /// Where the last [`BelowParts::collect`] spent its time.
+    pub times: crate::BelowTimes,
 }
 
-impl Rest {
+impl BelowParts {
     pub fn new(logger: slog::Logger, opts: model::CollectorOptions) -> Self {
-        Rest {
+        BelowParts {
             logger,
             procs: procfs::ProcReader::new(),
             processes: None,
@@ -185,7 +185,7 @@ impl Rest {
             procfs::NetReader::new(logger.clone()).and_then(|r| r.read_netstat()),
         )
         .unwrap_or_default();
-        self.times = crate::RestTimes {
+        self.times = crate::BelowTimes {
             procs,
             system: system_time,
             net: lap.lap(),
@@ -237,7 +237,7 @@ mod test {
     /// a moment apart can agree.
     #[test]
     fn matches_below_collector() {
-        let mut ours = Rest::new(logger(), model::CollectorOptions::default());
+        let mut ours = BelowParts::new(logger(), model::CollectorOptions::default());
         let a = ours.collect().unwrap();
         let Ok(cgroup_root) = bstats_collector::find_cgroup2_mount() else {
             println!("skipped: below's collector needs a cgroup2 mount");
@@ -298,7 +298,7 @@ mod test {
         ] {
             let opts = model::CollectorOptions::default();
             let exits = Arc::clone(&opts.exit_data);
-            let mut ours = Rest::new(logger(), opts);
+            let mut ours = BelowParts::new(logger(), opts);
             let mount = bstats_collector::find_cgroup2_mount().unwrap_or_default();
             ours.set_processes(bstats_procs::Processes::new(backend, &mount).unwrap());
             let gone = i32::MAX;
