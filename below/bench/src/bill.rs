@@ -222,24 +222,11 @@ impl BillRow {
     }
 }
 
-/// Samples (index entries) in a store directory and its data bytes. An
-/// index entry is 32 bytes; its `len` (bytes 16..20) is 0 only in padding.
+/// Samples in a store directory and its data bytes; none before the
+/// recorder made it.
 pub fn store_size(dir: &Path) -> (u64, u64) {
-    let (mut samples, mut bytes) = (0, 0);
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return (0, 0);
-    };
-    for e in entries.flatten() {
-        let name = e.file_name().to_string_lossy().into_owned();
-        if name.starts_with("index_") {
-            if let Ok(idx) = std::fs::read(e.path()) {
-                samples += idx.chunks_exact(32).filter(|c| c[16..20] != [0; 4]).count() as u64;
-            }
-        } else if name.starts_with("data_") {
-            bytes += e.metadata().map_or(0, |m| m.len());
-        }
-    }
-    (samples, bytes)
+    let size = bstats_store::reader::store_size(dir).unwrap_or_default();
+    (size.samples, size.data_bytes)
 }
 
 /// A `/proc/<pid>/status` field in KiB (VmHWM, VmRSS).
