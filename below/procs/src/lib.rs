@@ -14,7 +14,6 @@
 
 mod decode;
 mod load;
-mod raw;
 
 #[cfg(test)]
 mod decode_test;
