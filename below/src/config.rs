@@ -144,6 +144,25 @@ mod test {
         assert!(fields::<ExtraConfig>().contains(&"cgroup_top_keep"));
     }
 
+    /// A value takes the same name as a flag (clap's, derived from the
+    /// variant) and in the config file (serde's, derived on its own).
+    #[test]
+    fn flags_and_keys_take_the_same_names() {
+        fn same<T>(key: &str, get: fn(ExtraConfig) -> Option<T>)
+        where
+            T: clap::ValueEnum + PartialEq + std::fmt::Debug,
+        {
+            for v in T::value_variants() {
+                let name = v.to_possible_value().expect("no value is skipped");
+                let (_, extra) = parse(&format!("{key} = \"{}\"", name.get_name())).unwrap();
+                assert_eq!(get(extra).as_ref(), Some(v), "{key}");
+            }
+        }
+        same("cgroup_backend", |e| e.cgroup_backend);
+        same("process_backend", |e| e.process_backend);
+        same("cgroup_top_by", |e| e.cgroup_top_by);
+    }
+
     #[test]
     fn a_typo_names_the_key_meant() {
         let e = |text| format!("{:#}", parse(text).unwrap_err());

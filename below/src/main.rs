@@ -49,12 +49,14 @@ struct Opt {
     /// Where cgroup stats come from: bpf (iterator + kfuncs), stream
     /// (kernel-flushed *.stat.stream files), read (text files), or auto (per
     /// file, the first that works in that order). Config key: cgroup_backend.
-    #[clap(long, global = true, display_order = 100)]
+    // The text above names the values: clap's list would repeat them.
+    #[clap(long, global = true, display_order = 100, hide_possible_values = true)]
     cgroup_backend: Option<BackendChoice>,
     /// Where processes come from: bpf (one task-iterator pass), procfs
     /// (/proc text, as below 0.9), or auto (bpf if this kernel allows it,
     /// else procfs with the reason). Config key: process_backend.
-    #[clap(long, global = true, display_order = 100)]
+    // As above.
+    #[clap(long, global = true, display_order = 100, hide_possible_values = true)]
     process_backend: Option<bstats_procs::ProcessBackend>,
     /// cgroup2 directory to sample [default: config cgroup_root, else the
     /// cgroup2 mount found in /proc/self/mountinfo]

@@ -17,7 +17,8 @@ pub struct TopOpts {
     pub cgroup_top: Option<usize>,
     /// What --cgroup-top ranks by: cpu, memory, io or pressure [default:
     /// cpu]. Config key: cgroup_top_by.
-    #[clap(long)]
+    // The text above names the values: clap's list would repeat them.
+    #[clap(long, hide_possible_values = true)]
     pub cgroup_top_by: Option<bstats_collector::TopBy>,
     /// With --cgroup-top: cgroups whose path (relative to the cgroup root)
     /// matches this regex are always kept. Config key: cgroup_top_keep.

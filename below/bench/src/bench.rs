@@ -39,7 +39,7 @@ impl Budget {
 
 /// Mean CPU and wall time of one phase, in ms.
 #[derive(Debug, Default, Clone, Serialize)]
-pub struct Phase {
+pub struct PhaseStats {
     pub cpu_ms: f64,
     pub cpu_user_ms: f64,
     pub cpu_sys_ms: f64,
@@ -47,10 +47,10 @@ pub struct Phase {
     pub wall_p99_ms: f64,
 }
 
-impl Phase {
-    fn of(cpu: &[Cpu], wall: &[Duration]) -> Phase {
+impl PhaseStats {
+    fn of(cpu: &[Cpu], wall: &[Duration]) -> PhaseStats {
         let w: Vec<f64> = wall.iter().map(|d| ms(*d)).collect();
-        Phase {
+        PhaseStats {
             cpu_ms: mean(&cpu.iter().map(|c| ms(c.total)).collect::<Vec<_>>()),
             cpu_user_ms: mean(&cpu.iter().map(|c| ms(c.user)).collect::<Vec<_>>()),
             cpu_sys_ms: mean(&cpu.iter().map(|c| ms(c.sys)).collect::<Vec<_>>()),
@@ -70,13 +70,13 @@ pub struct CollectRow {
     pub cgroups: usize,
     pub samples: usize,
     /// Kernel read: the walk and file reads, or the iterator pass.
-    pub read: Phase,
+    pub read: PhaseStats,
     /// Snapshot to below's nested tree (below's own walk builds it inline).
-    pub tree: Phase,
+    pub tree: PhaseStats,
     /// below's cgroup model against the previous sample.
-    pub model: Phase,
+    pub model: PhaseStats,
     /// CBOR + zstd store write.
-    pub store: Phase,
+    pub store: PhaseStats,
     pub read_syscalls: f64,
     /// openat calls in one sample (perf tracepoint), else our reader's count.
     pub opens: Option<u64>,
@@ -199,7 +199,7 @@ pub fn collect_cell(kind: Kind, target: &Target, budget: Budget) -> Result<Colle
         one_sample(&mut c, &mut down, &mut sc, &mut l)?;
     }
     let peak = alloc::peak() - heap0;
-    let phase = |i: usize| Phase::of(&l.cpu[i], &l.wall[i]);
+    let phase = |i: usize| PhaseStats::of(&l.cpu[i], &l.wall[i]);
     Ok(CollectRow {
         collector: kind.label(),
         kind: Some(kind),

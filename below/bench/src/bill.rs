@@ -2,13 +2,11 @@
 //! the same cgroup tree, each over a window of the same length: whole
 //! process CPU per sample actually written, samples written against
 //! expected, store bytes per sample, peak RSS; and, from `--phase-times`,
-//! where our recorder's CPU goes. A "floor" recorder does only what no cgroup
-//! collector can avoid (below's other collectors, the BPF pass, the store
-//! write of a same-sized tree) to measure our part against.
+//! where our recorder's CPU goes. The recorders are in `recorders.rs`
+//! (among them the floor, what no cgroup collector can avoid, to measure
+//! our part against); running one is `runner.rs`.
 
 use std::collections::BTreeMap;
-use std::os::fd::AsRawFd;
-use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::path::PathBuf;
 use std::process::Child;
@@ -25,112 +23,11 @@ use model::CgroupSample;
 use serde::Serialize;
 
 use crate::overhead::proc_cpu;
-
-/// One row of the bill: a recorder's command line, `{config}`, `{store}`,
-/// `{root}` and `{phases}` (its `--phase-times` file) filled in per run, and what its config file holds besides
-/// store_dir, log_dir and cgroup_root.
-#[derive(Debug, Clone, Serialize)]
-pub struct Recorder {
-    /// Short name for `--recorders`.
-    pub key: String,
-    /// Row label.
-    pub name: String,
-    pub argv: Vec<String>,
-    pub config: String,
-}
-
-/// Binaries the rows are made of; a missing one drops its rows.
-pub struct Binaries<'a> {
-    pub below09: Option<&'a Path>,
-    pub below_main: Option<&'a Path>,
-    /// below main with patches/below applied.
-    pub below_main_series: Option<&'a Path>,
-    pub ours: Option<&'a Path>,
-}
-
-fn row(key: &str, name: &str, bin: &Path, args: &[&str], config: &str) -> Recorder {
-    let mut argv = vec![bin.display().to_string()];
-    argv.extend(args.iter().map(|s| s.to_string()));
-    Recorder {
-        key: key.into(),
-        name: name.into(),
-        argv,
-        config: config.into(),
-    }
-}
-
-/// Every recorder of the bill, each with and without `--compress`.
-pub fn recorders(b: &Binaries) -> Result<Vec<Recorder>> {
-    let rec = ["--config", "{config}", "record", "-i", "1"];
-    let mut plain = Vec::new();
-    if let Some(p) = b.below09 {
-        let a = [&rec[..], &["--disable-exitstats"]].concat();
-        plain.push(row("below09", "below 0.9 (exitstats off)", p, &a, ""));
-    }
-    if let Some(p) = b.below_main {
-        let a = [&rec[..], &["--disable-exitstats"]].concat();
-        plain.push(row("main-files", "below main, files", p, &a, ""));
-        plain.push(row(
-            "main-bpf",
-            "below main, enable_cgroup_bpf",
-            p,
-            &a,
-            "enable_cgroup_bpf = true\n",
-        ));
-    }
-    if let Some(p) = b.below_main_series {
-        let a = [&rec[..], &["--disable-exitstats"]].concat();
-        plain.push(row(
-            "main-series",
-            "below main + patches/below, enable_cgroup_bpf",
-            p,
-            &a,
-            "enable_cgroup_bpf = true\n",
-        ));
-    }
-    if let Some(p) = b.ours {
-        // Exitstats off, as every other row: the same work compared.
-        let off = "--disable-exitstats";
-        let rec = [&rec[..], &["--phase-times", "{phases}"]].concat();
-        for (be, label) in [("bpf", "BPF"), ("read", "plain read"), ("stream", "stream")] {
-            let a = [&["--cgroup-backend", be][..], &rec[..], &[off]].concat();
-            plain.push(row(be, &format!("ours, {label}"), p, &a, ""));
-        }
-        // What making each sample durable (the default) costs.
-        let a = [&["--cgroup-backend", "bpf"][..], &rec[..], &[off]].concat();
-        let nosync = "store_sync = \"none\"\n";
-        plain.push(row(
-            "bpf-nosync",
-            "ours, BPF, store_sync none",
-            p,
-            &a,
-            nosync,
-        ));
-        // What exitstats (on by default) adds.
-        let a = [&["--cgroup-backend", "bpf"][..], &rec[..]].concat();
-        plain.push(row("bpf-exitstats", "ours, BPF, exitstats on", p, &a, ""));
-        // Top-N: the cost at many cgroups should be that of the N kept.
-        let a = [&rec[..], &["--cgroup-top", "200", off]].concat();
-        plain.push(row("bpf-top200", "ours, BPF, --cgroup-top 200", p, &a, ""));
-    }
-    let me = std::env::current_exe()?;
-    plain.push(row(
-        "floor",
-        "floor: below's collectors + BPF pass + store write",
-        &me,
-        &["__record-floor", "{store}", "{root}", "{phases}"],
-        "",
-    ));
-    let mut all = Vec::new();
-    for r in plain {
-        let mut z = r.clone();
-        z.key.push_str("-z");
-        z.name.push_str(", --compress");
-        z.argv.push("--compress".into());
-        all.extend([r, z]);
-    }
-    Ok(all)
-}
+use crate::recorders::RecorderSpec;
+use crate::runner::sh_join;
+use crate::runner::status_kib;
+use crate::runner::Cpus;
+use crate::runner::Running;
 
 #[derive(Debug, Default, Clone, Serialize)]
 pub struct BillRow {
@@ -222,34 +119,6 @@ impl BillRow {
     }
 }
 
-/// Samples (index entries) in a store directory and its data bytes. An
-/// index entry is 32 bytes; its `len` (bytes 16..20) is 0 only in padding.
-pub fn store_size(dir: &Path) -> (u64, u64) {
-    let (mut samples, mut bytes) = (0, 0);
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return (0, 0);
-    };
-    for e in entries.flatten() {
-        let name = e.file_name().to_string_lossy().into_owned();
-        if name.starts_with("index_") {
-            if let Ok(idx) = std::fs::read(e.path()) {
-                samples += idx.chunks_exact(32).filter(|c| c[16..20] != [0; 4]).count() as u64;
-            }
-        } else if name.starts_with("data_") {
-            bytes += e.metadata().map_or(0, |m| m.len());
-        }
-    }
-    (samples, bytes)
-}
-
-/// A `/proc/<pid>/status` field in KiB (VmHWM, VmRSS).
-pub fn status_kib(pid: u32, field: &str) -> Option<u64> {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    s.lines()
-        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
-        .and_then(|v| v.split_whitespace().next()?.parse().ok())
-}
-
 fn count_cgroups(c: &CgroupSample) -> usize {
     1 + c
         .children
@@ -280,193 +149,6 @@ pub fn phase_means(costs: &[bstats_model::SampleCost]) -> BTreeMap<String, f64> 
     sum.into_iter()
         .map(|(k, (s, n))| (k, s / n as f64))
         .collect()
-}
-
-/// The records of a `--phase-times` file; none when there is no file (a
-/// recorder that does not write one).
-pub fn read_phase_times(path: &Path) -> Result<Vec<bstats_model::SampleCost>> {
-    let text = match std::fs::read_to_string(path) {
-        Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(vec![]),
-        Err(e) => return Err(e).with_context(|| format!("Failed to read {}", path.display())),
-    };
-    text.lines()
-        .enumerate()
-        .map(|(i, l)| {
-            serde_json::from_str(l)
-                .with_context(|| format!("{}:{}: malformed record", path.display(), i + 1))
-        })
-        .collect()
-}
-
-/// A recorder process with its own store, config, log and cgroup; stopped
-/// (and its cgroup removed) on drop.
-pub struct Running {
-    pub child: Child,
-    pub dir: tempfile::TempDir,
-    cgroup: PathBuf,
-}
-
-/// The CPUs every recorder is confined to (`--bill-cpus`; none: any).
-#[derive(Clone, Copy, Default)]
-pub struct Cpus(Option<libc::cpu_set_t>);
-
-impl Cpus {
-    pub fn new(cpus: &[usize]) -> Result<Cpus> {
-        if cpus.is_empty() {
-            return Ok(Cpus(None));
-        }
-        let max = libc::CPU_SETSIZE as usize;
-        if let Some(c) = cpus.iter().find(|&&c| c >= max) {
-            bail!("--bill-cpus: CPU {c} is beyond the {max} a CPU set holds");
-        }
-        // SAFETY: a zeroed cpu_set_t is the empty set, and every index set
-        // is within it (checked above).
-        let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-        for &c in cpus {
-            unsafe { libc::CPU_SET(c, &mut set) };
-        }
-        Ok(Cpus(Some(set)))
-    }
-}
-
-impl Running {
-    /// Starts `r` on `root`, confined to `cpus`.
-    pub fn start(r: &Recorder, root: &Path, cpus: Cpus) -> Result<Running> {
-        let dir = tempfile::tempdir()?;
-        let store = dir.path().join("store");
-        let config = dir.path().join("below.conf");
-        let phases = dir.path().join("phases.jsonl");
-        std::fs::write(
-            &config,
-            format!(
-                "store_dir = {:?}\nlog_dir = {:?}\ncgroup_root = {:?}\n{}",
-                store,
-                dir.path().join("log"),
-                root,
-                r.config
-            ),
-        )?;
-        let fill = |a: &String| {
-            a.replace("{config}", &config.display().to_string())
-                .replace("{store}", &store.display().to_string())
-                .replace("{root}", &root.display().to_string())
-                .replace("{phases}", &phases.display().to_string())
-        };
-        let argv: Vec<String> = r.argv.iter().map(fill).collect();
-        let mut cmd = Command::new(&argv[0]);
-        // Its own cgroup from before exec, so every process it starts is
-        // charged to it, as systemd charges a service.
-        let cgroup = root.join(format!("bstats-bill-{}-{}", std::process::id(), r.key));
-        std::fs::create_dir(&cgroup)
-            .with_context(|| format!("Failed to create cgroup {}", cgroup.display()))?;
-        let procs = std::fs::OpenOptions::new()
-            .write(true)
-            .open(cgroup.join("cgroup.procs"))?;
-        let procs_fd = procs.as_raw_fd();
-        // SAFETY: write(2) is async-signal-safe; the fd stays open until
-        // spawn returns (`procs` lives past it). "0" moves the writer.
-        unsafe {
-            cmd.pre_exec(move || {
-                if libc::write(procs_fd, b"0".as_ptr().cast(), 1) != 1 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            })
-        };
-        if let Some(set) = cpus.0 {
-            // SAFETY: sched_setaffinity is async-signal-safe and `set` is
-            // a copy owned by the closure.
-            unsafe {
-                cmd.pre_exec(move || {
-                    if libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set) != 0 {
-                        return Err(std::io::Error::last_os_error());
-                    }
-                    Ok(())
-                })
-            };
-        }
-        let child = cmd
-            .args(&argv[1..])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(dir.path().join("stderr"))?)
-            .spawn()
-            .with_context(|| format!("Failed to start {}", argv[0]));
-        drop(procs);
-        let child = match child {
-            Ok(c) => c,
-            Err(e) => {
-                let _ = std::fs::remove_dir(&cgroup);
-                return Err(e);
-            }
-        };
-        Ok(Running { child, dir, cgroup })
-    }
-
-    /// CPU of the recorder's cgroup so far, its children included.
-    pub fn service_cpu(&self) -> Result<Duration> {
-        let stat = std::fs::read_to_string(self.cgroup.join("cpu.stat"))?;
-        let usec = stat
-            .lines()
-            .find_map(|l| l.strip_prefix("usage_usec "))
-            .context("cpu.stat has no usage_usec")?
-            .trim()
-            .parse()?;
-        Ok(Duration::from_micros(usec))
-    }
-
-    pub fn store(&self) -> PathBuf {
-        self.dir.path().join("store")
-    }
-
-    /// Its `--phase-times` records so far.
-    pub fn phase_times(&self) -> Result<Vec<bstats_model::SampleCost>> {
-        read_phase_times(&self.dir.path().join("phases.jsonl"))
-    }
-
-    /// Fails with the recorder's last words if it exited.
-    pub fn check_alive(&mut self) -> Result<()> {
-        crate::child::check_alive(&mut self.child, &self.dir.path().join("stderr"))
-    }
-
-    /// Waits until the store holds `n` samples.
-    pub fn wait_for_samples(&mut self, n: u64, timeout: Duration) -> Result<()> {
-        let t = Instant::now();
-        while store_size(&self.store()).0 < n {
-            crate::check_interrupted()?;
-            self.check_alive()?;
-            if t.elapsed() > timeout {
-                bail!("fewer than {n} samples after {} s", timeout.as_secs());
-            }
-            std::thread::sleep(Duration::from_millis(200));
-        }
-        Ok(())
-    }
-
-    /// Sleeps `d`, failing early if the recorder dies or we are interrupted.
-    pub fn watch(&mut self, d: Duration) -> Result<()> {
-        let end = Instant::now() + d;
-        while Instant::now() < end {
-            crate::check_interrupted()?;
-            self.check_alive()?;
-            std::thread::sleep((end - Instant::now()).min(Duration::from_millis(200)));
-        }
-        Ok(())
-    }
-
-    /// SIGTERM, then SIGKILL after a minute (a large sample may be late).
-    fn stop(&mut self) {
-        crate::child::stop(&mut self.child, Duration::from_secs(60));
-    }
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        self.stop();
-        // Empty once the recorder is reaped (its children exit with it).
-        let _ = std::fs::remove_dir(&self.cgroup);
-    }
 }
 
 /// `perf record` of a recorder over the window, for a profile (perf's
@@ -517,7 +199,7 @@ impl Perf<'_> {
 /// Runs one recorder: start, wait for its first two samples (start-up is
 /// not the bill), then measure over `window`.
 pub fn measure(
-    r: &Recorder,
+    r: &RecorderSpec,
     root: &Path,
     window: Duration,
     warmup: Duration,
@@ -537,7 +219,7 @@ pub fn measure(
 }
 
 fn measure_inner(
-    r: &Recorder,
+    r: &RecorderSpec,
     root: &Path,
     window: Duration,
     warmup: Duration,
@@ -545,7 +227,7 @@ fn measure_inner(
     cpus: Cpus,
     row: &mut BillRow,
 ) -> Result<()> {
-    row.command = crate::report::sh_join(&r.argv);
+    row.command = sh_join(&r.argv);
     let mut run = Running::start(r, root, cpus)?;
     run.wait_for_samples(2, warmup)?;
     let pid = run.child.id();
@@ -554,10 +236,10 @@ fn measure_inner(
     let acct = crate::spawns::Accounting::start(&run.dir.path().join("acct")).ok();
     let th0 = threads_cpu(pid);
     let (c0, s0) = (proc_cpu(pid)?, run.service_cpu()?);
-    let (k0, t0) = (store_size(&run.store()).0, Instant::now());
+    let (k0, t0) = (run.store_size().samples, Instant::now());
     run.watch(window)?;
     let (c1, s1) = (proc_cpu(pid)?, run.service_cpu()?);
-    let k1 = store_size(&run.store()).0;
+    let k1 = run.store_size().samples;
     let th1 = threads_cpu(pid);
     let spawned = acct.map(|a| a.finish(pid)).transpose()?;
     if let (Some(p), Some((child, data))) = (perf, profile) {
@@ -586,8 +268,8 @@ fn measure_inner(
             (k.clone(), per_sample(v.saturating_sub(before)))
         })
         .collect();
-    let (total, bytes) = store_size(&run.store());
-    row.store_bytes_per_sample = bytes as f64 / total.max(1) as f64;
+    let size = run.store_size();
+    row.store_bytes_per_sample = size.data_bytes as f64 / size.samples.max(1) as f64;
     row.phases = phase_means(&run.phase_times()?);
     let logger = slog::Logger::root(slog::Discard, slog::o!());
     // The newest sample, as below reads it back.
@@ -606,6 +288,7 @@ fn measure_inner(
 #[cfg(test)]
 mod test {
     use super::*;
+    use crate::runner::read_phase_times;
 
     #[test]
     fn phase_means_skip_the_first_sample() {
@@ -685,62 +368,5 @@ mod test {
         assert_eq!((m.status.as_str(), m.rounds_cpu_ms.len()), ("n/a: a", 0));
         let m = median(vec![run(5.0, "ok")]);
         assert!(m.rounds_service_ms.is_empty(), "one run: no spread to show");
-    }
-
-    #[test]
-    fn every_recorder_has_a_compressed_twin() {
-        let b = Binaries {
-            below09: Some(Path::new("/b09")),
-            below_main: None,
-            below_main_series: None,
-            ours: Some(Path::new("/ours")),
-        };
-        let r = recorders(&b).unwrap();
-        let keys: Vec<&str> = r.iter().map(|r| r.key.as_str()).collect();
-        assert_eq!(
-            keys,
-            [
-                "below09",
-                "below09-z",
-                "bpf",
-                "bpf-z",
-                "read",
-                "read-z",
-                "stream",
-                "stream-z",
-                "bpf-nosync",
-                "bpf-nosync-z",
-                "bpf-exitstats",
-                "bpf-exitstats-z",
-                "bpf-top200",
-                "bpf-top200-z",
-                "floor",
-                "floor-z"
-            ]
-        );
-        assert!(r[1]
-            .argv
-            .ends_with(&["--disable-exitstats".into(), "--compress".into()]));
-        assert_eq!(r[2].argv[..3], ["/ours", "--cgroup-backend", "bpf"]);
-        for r in r
-            .iter()
-            .filter(|r| r.key.starts_with("bpf") || r.key.starts_with("floor"))
-        {
-            assert!(
-                r.argv.iter().any(|a| a == "{phases}"),
-                "{}: no phase times",
-                r.key
-            );
-        }
-        // Exitstats off everywhere but the row that shows its cost.
-        let off = "--disable-exitstats".to_string();
-        for r in &r {
-            assert_eq!(
-                r.argv.contains(&off),
-                !r.key.starts_with("bpf-exitstats") && !r.key.starts_with("floor"),
-                "{}",
-                r.key
-            );
-        }
     }
 }

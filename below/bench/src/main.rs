@@ -9,7 +9,9 @@ mod child;
 mod collectors;
 mod floor;
 mod overhead;
+mod recorders;
 mod report;
+mod runner;
 mod soak;
 mod spawns;
 mod stats;
@@ -291,16 +293,16 @@ fn main() -> Result<()> {
         }
     }
     if args.has("bill") || args.has("soak") {
-        let all = bill::recorders(&bill::Binaries {
+        let all = recorders::recorders(&recorders::Binaries {
             below09: args.below09.as_deref(),
             below_main: args.below_main.as_deref(),
             below_main_series: args.below_main_series.as_deref(),
             ours: args.below.as_deref(),
         })?;
         let warmup = std::time::Duration::from_secs_f64(args.warmup_s);
-        let cpus = bill::Cpus::new(&args.bill_cpus)?;
+        let cpus = runner::Cpus::new(&args.bill_cpus)?;
         if args.has("bill") {
-            let chosen: Vec<&bill::Recorder> = if args.recorders.is_empty() {
+            let chosen: Vec<&recorders::RecorderSpec> = if args.recorders.is_empty() {
                 all.iter().collect()
             } else {
                 args.recorders

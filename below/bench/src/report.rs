@@ -12,6 +12,7 @@ use crate::bill::BillRow;
 use crate::collectors::Kind;
 use crate::overhead;
 use crate::overhead::OverheadRow;
+use crate::runner::sh_join;
 use crate::soak::SoakResult;
 use crate::stats::ratio;
 use crate::thread_cost;
@@ -97,22 +98,6 @@ pub struct Report {
     pub max_rss_kib: u64,
     #[serde(skip)]
     printed: Vec<String>,
-}
-
-pub fn sh_join(words: &[String]) -> String {
-    words
-        .iter()
-        .map(|w| {
-            if w.chars()
-                .all(|c| c.is_ascii_alphanumeric() || "-_./,=:".contains(c))
-            {
-                w.clone()
-            } else {
-                format!("'{}'", w.replace('\'', r"'\''"))
-            }
-        })
-        .collect::<Vec<_>>()
-        .join(" ")
 }
 
 fn join<T: ToString>(v: &[T]) -> String {

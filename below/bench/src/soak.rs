@@ -15,11 +15,11 @@ use anyhow::Context;
 use anyhow::Result;
 use serde::Serialize;
 
-use crate::bill::status_kib;
-use crate::bill::store_size;
-use crate::bill::Cpus;
-use crate::bill::Recorder;
-use crate::bill::Running;
+use crate::recorders::RecorderSpec;
+use crate::runner::sh_join;
+use crate::runner::status_kib;
+use crate::runner::Cpus;
+use crate::runner::Running;
 
 /// The `__churn ROOT N PERIOD_MS` mode: a tree of N cgroups created,
 /// kept for PERIOD_MS, removed, again and again, until stdin closes.
@@ -68,7 +68,7 @@ pub struct SoakConfig {
 
 /// Records with `r` for `cfg.secs` while another process churns cgroups,
 /// reading the recorder's RSS every `cfg.every`.
-pub fn soak(r: &Recorder, root: &Path, cfg: &SoakConfig) -> SoakResult {
+pub fn soak(r: &RecorderSpec, root: &Path, cfg: &SoakConfig) -> SoakResult {
     let mut res = SoakResult {
         recorder: r.name.clone(),
         churn_cgroups: cfg.churn,
@@ -82,7 +82,7 @@ pub fn soak(r: &Recorder, root: &Path, cfg: &SoakConfig) -> SoakResult {
     res
 }
 
-fn soak_inner(r: &Recorder, root: &Path, cfg: &SoakConfig, res: &mut SoakResult) -> Result<()> {
+fn soak_inner(r: &RecorderSpec, root: &Path, cfg: &SoakConfig, res: &mut SoakResult) -> Result<()> {
     let mut churn = Command::new(std::env::current_exe()?)
         .arg("__churn")
         .arg(root)
@@ -92,7 +92,7 @@ fn soak_inner(r: &Recorder, root: &Path, cfg: &SoakConfig, res: &mut SoakResult)
         .spawn()
         .context("Failed to start the churn process")?;
     let out = (|| -> Result<()> {
-        res.command = crate::report::sh_join(&r.argv);
+        res.command = sh_join(&r.argv);
         let mut run = Running::start(r, root, Cpus::default())?;
         run.wait_for_samples(1, cfg.warmup)?;
         let pid = run.child.id();
@@ -101,7 +101,7 @@ fn soak_inner(r: &Recorder, root: &Path, cfg: &SoakConfig, res: &mut SoakResult)
             res.points.push(SoakPoint {
                 t_s: t0.elapsed().as_secs_f64(),
                 rss_kib: status_kib(pid, "VmRSS").context("no VmRSS")?,
-                samples: store_size(&run.store()).0,
+                samples: run.store_size().samples,
             });
             eprintln!("cgroup-bench: soak {:?}", res.points.last());
             if t0.elapsed().as_secs_f64() >= cfg.secs {

@@ -1,7 +1,6 @@
 //! Which backend serves each stat file, and why.
 
 use std::fmt;
-use std::str::FromStr;
 
 use anyhow::bail;
 use anyhow::Result;
@@ -14,7 +13,7 @@ use crate::Served;
 use crate::StatFile;
 
 /// What the user asked for (`--cgroup-backend`, config `cgroup_backend`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum BackendChoice {
     /// Per file: BPF, else stream, else plain read.
@@ -25,30 +24,11 @@ pub enum BackendChoice {
     Read,
 }
 
-impl FromStr for BackendChoice {
-    type Err = String;
-    fn from_str(s: &str) -> std::result::Result<Self, String> {
-        match s {
-            "auto" => Ok(BackendChoice::Auto),
-            "bpf" => Ok(BackendChoice::Bpf),
-            "stream" => Ok(BackendChoice::Stream),
-            "read" => Ok(BackendChoice::Read),
-            _ => Err(format!(
-                "unknown cgroup backend {:?} (expected auto, bpf, stream or read)",
-                s
-            )),
-        }
-    }
-}
-
+/// The name `--cgroup-backend` takes.
 impl fmt::Display for BackendChoice {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            BackendChoice::Auto => "auto",
-            BackendChoice::Bpf => "bpf",
-            BackendChoice::Stream => "stream",
-            BackendChoice::Read => "read",
-        })
+        let name = clap::ValueEnum::to_possible_value(self).expect("no value is skipped");
+        f.write_str(name.get_name())
     }
 }
 
@@ -239,11 +219,5 @@ mod test {
         let p = Plan::choose(BackendChoice::Auto, &bpf, &Err(NotServed::NotAskedFor)).unwrap();
         assert_eq!(p.files_of(BackendKind::Read), FileSet::all());
         assert_eq!(p.files[0].not_served[0].why, why);
-    }
-
-    #[test]
-    fn parses_choice() {
-        assert_eq!("stream".parse(), Ok(BackendChoice::Stream));
-        assert!("fast".parse::<BackendChoice>().is_err());
     }
 }

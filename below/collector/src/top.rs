@@ -7,9 +7,6 @@
 //! N is ranked by what it did since the last pass, never against an older
 //! stored sample.
 
-use std::fmt;
-use std::str::FromStr;
-
 use model::CgroupSample;
 use regex::Regex;
 use serde::Deserialize;
@@ -23,7 +20,7 @@ use crate::FileSet;
 use crate::StatFile;
 
 /// What cgroups are ranked by (`--cgroup-top-by`, config `cgroup_top_by`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum TopBy {
     /// CPU time used since the previous pass (cpu.stat usage_usec).
@@ -36,32 +33,6 @@ pub enum TopBy {
     /// Time stalled on cpu, io and memory since the previous pass (the
     /// "some" totals of the pressure files).
     Pressure,
-}
-
-impl FromStr for TopBy {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "cpu" => Ok(TopBy::Cpu),
-            "memory" => Ok(TopBy::Memory),
-            "io" => Ok(TopBy::Io),
-            "pressure" => Ok(TopBy::Pressure),
-            _ => Err(format!(
-                "unknown ranking {s:?} (expected cpu, memory, io or pressure)"
-            )),
-        }
-    }
-}
-
-impl fmt::Display for TopBy {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            TopBy::Cpu => "cpu",
-            TopBy::Memory => "memory",
-            TopBy::Io => "io",
-            TopBy::Pressure => "pressure",
-        })
-    }
 }
 
 impl TopBy {

@@ -171,14 +171,6 @@ fn memory_ranks_by_level() {
     assert_eq!(r.score(1, Some(4096)), 4096);
 }
 
-#[test]
-fn parses_ranking() {
-    for by in [TopBy::Cpu, TopBy::Memory, TopBy::Io, TopBy::Pressure] {
-        assert_eq!(by.to_string().parse::<TopBy>(), Ok(by));
-    }
-    assert!("disk".parse::<TopBy>().is_err());
-}
-
 /// The tree above in a table, each cgroup's cpu.stat usage from `usage`.
 fn table(t: &mut Table, usage: [u64; 7]) {
     let names = ["", "a", "a1", "a2", "a2x", "b", "b1"];

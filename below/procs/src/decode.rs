@@ -7,9 +7,9 @@ use std::collections::BTreeMap;
 use anyhow::bail;
 use anyhow::Result;
 use bstats_bpf::c_string;
+use bstats_bpf::Pod;
 use procfs::PidStateExt;
 
-use crate::raw;
 use crate::skel::types::facts_rec;
 use crate::skel::types::proc_flags;
 use crate::skel::types::proc_rec;
@@ -18,6 +18,16 @@ use crate::skel::types::rec_kind;
 use crate::skel::types::task_fact;
 use crate::skel::types::task_usage;
 use crate::skel::types::thread_rec;
+
+// SAFETY: the skeleton's #[repr(C)] types of the iterator's records:
+// integers and arrays of them.
+unsafe impl Pod for rec_head {}
+// SAFETY: as above.
+unsafe impl Pod for facts_rec {}
+// SAFETY: as above.
+unsafe impl Pod for thread_rec {}
+// SAFETY: as above.
+unsafe impl Pod for proc_rec {}
 
 /// `a` and `b` added up: a thread group's usage is its threads' and its
 /// gone threads' (/proc/PID/stat's "whole").
@@ -47,7 +57,7 @@ pub(crate) fn parse(out: &[u8]) -> Result<Pass<'_>> {
     let mut rest = out;
     let mut seen_facts = false;
     while !rest.is_empty() {
-        let Some(head) = raw::read::<rec_head>(rest) else {
+        let Some(head) = bstats_bpf::read::<rec_head>(rest) else {
             bail!("truncated record header ({} bytes left)", rest.len());
         };
         let size = head.size as usize;
@@ -58,14 +68,14 @@ pub(crate) fn parse(out: &[u8]) -> Result<Pass<'_>> {
         let kind = rec_kind(head.kind as _);
         let short = || anyhow::anyhow!("record kind {} of {size} bytes is short", head.kind);
         if kind == rec_kind::REC_FACTS {
-            pass.facts = raw::read::<facts_rec>(rec).ok_or_else(short)?.facts;
+            pass.facts = bstats_bpf::read::<facts_rec>(rec).ok_or_else(short)?.facts;
             seen_facts = true;
         } else if kind == rec_kind::REC_THREAD {
-            let t = raw::read::<thread_rec>(rec).ok_or_else(short)?;
+            let t = bstats_bpf::read::<thread_rec>(rec).ok_or_else(short)?;
             let s = pass.threads.entry(t.head.tgid).or_default();
             *s = sum(s, &t.usage);
         } else if kind == rec_kind::REC_PROC {
-            let p = raw::read::<proc_rec>(rec).ok_or_else(short)?;
+            let p = bstats_bpf::read::<proc_rec>(rec).ok_or_else(short)?;
             let cmd = &rec[std::mem::size_of::<proc_rec>()..];
             if cmd.len() != p.cmdline_len as usize {
                 bail!(

@@ -1,5 +1,4 @@
 use crate::decode::*;
-use crate::raw;
 use crate::skel::types::facts_rec;
 use crate::skel::types::proc_flags;
 use crate::skel::types::proc_rec;
@@ -8,6 +7,14 @@ use crate::skel::types::rec_kind;
 use crate::skel::types::task_fact;
 use crate::skel::types::task_usage;
 use crate::skel::types::thread_rec;
+
+/// The bytes of a record, as the program prints them.
+fn bytes<T: bstats_bpf::Pod>(v: &T) -> Vec<u8> {
+    // SAFETY: the records are integers without padding (each field is
+    // naturally aligned and each record a multiple of 8 bytes), all
+    // initialized.
+    unsafe { std::slice::from_raw_parts((v as *const T).cast::<u8>(), size_of::<T>()) }.to_vec()
+}
 
 const UNITS: Units = Units {
     ticks_per_sec: 100,
@@ -23,7 +30,7 @@ fn head(kind: rec_kind, size: usize, tgid: i32) -> rec_head {
 }
 
 fn facts(bits: u32) -> Vec<u8> {
-    raw::bytes(&facts_rec {
+    bytes(&facts_rec {
         head: head(rec_kind::REC_FACTS, std::mem::size_of::<facts_rec>(), 0),
         facts: bits,
         nr_cpus: 2,
@@ -31,7 +38,7 @@ fn facts(bits: u32) -> Vec<u8> {
 }
 
 fn thread(tgid: i32, utime: u64, stime: u64, runtime: u64, flt: u64) -> Vec<u8> {
-    raw::bytes(&thread_rec {
+    bytes(&thread_rec {
         head: head(
             rec_kind::REC_THREAD,
             std::mem::size_of::<thread_rec>(),
@@ -56,7 +63,7 @@ fn proc(p: &mut proc_rec, cmd: &[u8]) -> Vec<u8> {
         std::mem::size_of::<proc_rec>() + cmd.len(),
         p.head.tgid,
     );
-    let mut b = raw::bytes(p);
+    let mut b = bytes(p);
     b.extend_from_slice(cmd);
     b
 }
@@ -229,7 +236,7 @@ fn malformed_output_is_an_error() {
     out.extend(b);
     assert!(parse(&out).is_err(), "cmdline shorter than its record says");
     let mut out = facts(0);
-    out.extend(raw::bytes(&head(rec_kind(9), 8, 0)));
+    out.extend(bytes(&head(rec_kind(9), 8, 0)));
     assert!(parse(&out).is_err(), "unknown kind");
 }
 

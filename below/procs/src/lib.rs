@@ -14,7 +14,6 @@
 
 mod decode;
 mod load;
-mod raw;
 
 #[cfg(test)]
 mod decode_test;
@@ -27,7 +26,6 @@ use std::collections::HashMap;
 use std::fmt;
 use std::path::Path;
 use std::path::PathBuf;
-use std::str::FromStr;
 
 use anyhow::bail;
 use anyhow::Result;
@@ -37,7 +35,17 @@ use skel::types::proc_flags;
 use skel::types::task_fact;
 
 /// What the user asked for (`--process-backend`, config `process_backend`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    Default,
+    PartialEq,
+    Eq,
+    serde::Serialize,
+    serde::Deserialize,
+    clap::ValueEnum,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum ProcessBackend {
     /// BPF where the kernel allows it, else procfs (with the reason).
@@ -49,27 +57,11 @@ pub enum ProcessBackend {
     Procfs,
 }
 
-impl FromStr for ProcessBackend {
-    type Err = String;
-    fn from_str(s: &str) -> std::result::Result<Self, String> {
-        match s {
-            "auto" => Ok(ProcessBackend::Auto),
-            "bpf" => Ok(ProcessBackend::Bpf),
-            "procfs" => Ok(ProcessBackend::Procfs),
-            _ => Err(format!(
-                "unknown process backend {s:?} (expected auto, bpf or procfs)"
-            )),
-        }
-    }
-}
-
+/// The name `--process-backend` takes.
 impl fmt::Display for ProcessBackend {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            ProcessBackend::Auto => "auto",
-            ProcessBackend::Bpf => "bpf",
-            ProcessBackend::Procfs => "procfs",
-        })
+        let name = clap::ValueEnum::to_possible_value(self).expect("no value is skipped");
+        f.write_str(name.get_name())
     }
 }
 
@@ -400,13 +392,5 @@ mod test {
         assert_eq!(proc_cgroup_path(&f).as_deref(), Some("/a/b\u{FFFD}"));
         std::fs::write(&f, b"12:pids:/v1\n").unwrap();
         assert_eq!(proc_cgroup_path(&f), None);
-    }
-
-    #[test]
-    fn choices_parse_and_print() {
-        for c in ["auto", "bpf", "procfs"] {
-            assert_eq!(c.parse::<ProcessBackend>().unwrap().to_string(), c);
-        }
-        assert!("read".parse::<ProcessBackend>().is_err());
     }
 }

@@ -23,6 +23,7 @@ use anyhow::Context;
 use anyhow::Result;
 use bstats_collector::Plan;
 use model::Sample;
+use serde::de::IntoDeserializer;
 use serde::Deserialize;
 use serde::Serialize;
 use slog::info;
@@ -315,7 +316,7 @@ fn process_plan<'de, D: serde::Deserializer<'de>>(
         .split_once(": ")
         .ok_or_else(|| serde::de::Error::custom(format!("process plan {line:?}")))?;
     Ok(Some(bstats_procs::Plan {
-        backend: backend.parse().map_err(serde::de::Error::custom)?,
+        backend: bstats_procs::ProcessBackend::deserialize(backend.into_deserializer())?,
         reason: reason.to_owned(),
     }))
 }

@@ -354,6 +354,34 @@ pub fn shards(dir: &Path) -> Result<Vec<u64>> {
     Ok(v)
 }
 
+/// What a store directory holds, as [`store_size`] counts it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StoreSize {
+    /// Valid index entries: the samples a reader finds.
+    pub samples: u64,
+    /// Bytes of the `data_*` files.
+    pub data_bytes: u64,
+}
+
+/// The samples a store directory indexes and the bytes of its data files,
+/// for a caller watching a store fill (the benchmark). Entries that are not
+/// valid are not counted, and not warned about.
+pub fn store_size(dir: &Path) -> Result<StoreSize> {
+    let quiet = slog::Logger::root(slog::Discard, slog::o!());
+    let mut size = StoreSize::default();
+    for id in shards(dir)? {
+        if let Some(shard) = Shard::open(&quiet, dir, id)? {
+            size.samples += shard.entries().len() as u64;
+        }
+    }
+    for e in std::fs::read_dir(dir)?.flatten() {
+        if e.file_name().to_string_lossy().starts_with("data_") {
+            size.data_bytes += e.metadata()?.len();
+        }
+    }
+    Ok(size)
+}
+
 /// A store read through this module: below-store's `Store` trait, for
 /// `copy_frames` and below's `Advance`-free readers.
 pub struct SafeStore {

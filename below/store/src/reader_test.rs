@@ -89,6 +89,35 @@ fn reads_what_below_writes_in_every_mode() {
     }
 }
 
+/// The size counts what a reader reads: padding and invalid entries are
+/// not samples.
+#[test]
+fn store_size_counts_readable_samples() {
+    let d = tempfile::tempdir().unwrap();
+    let dict = CompressionMode::ZstdDictionary(store::ChunkSizePo2(2));
+    store_with(d.path(), dict, &[1, 2, 3]);
+    // A second writer starts a new chunk: the index is padded up to it.
+    store_with(d.path(), dict, &[4, 5]);
+    let index_len = std::fs::metadata(index_path(d.path())).unwrap().len();
+    assert!(index_len > 5 * 32, "no padding to skip");
+    let data_len = std::fs::metadata(d.path().join(format!("data_{BASE:011}")))
+        .unwrap()
+        .len();
+    let size = |dir: &Path| store_size(dir).unwrap();
+    assert_eq!(
+        size(d.path()),
+        StoreSize {
+            samples: 5,
+            data_bytes: data_len
+        }
+    );
+    edit_entry(d.path(), 0, |raw| {
+        raw[20..24].copy_from_slice(&0u32.to_ne_bytes())
+    });
+    assert_eq!(size(d.path()).samples, 4, "an entry without the CBOR flag");
+    assert!(store_size(&d.path().join("none")).is_err());
+}
+
 /// below-store's cursor panics ("Unexpected format") on an entry without
 /// the CBOR flag; ours skips that entry and reads the next.
 #[test]

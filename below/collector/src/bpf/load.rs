@@ -257,23 +257,15 @@ impl Loaded {
     }
 
     /// One pass over every cgroup under `root` (the root it was loaded
-    /// with): with more cgroups than room, the map grows (a new load) and
-    /// the pass runs again.
+    /// with), the map grown as [`run_growing`] does.
     pub(crate) fn run_all(&mut self, root: BorrowedFd) -> Result<Pass> {
-        loop {
-            let pass = self.run()?;
-            let Some(cap) = self.room_for(&pass) else {
-                return Ok(pass);
-            };
-            *self = Loaded::new(root, cap, self.config, self.walk.clone(), self.btf.clone())
-                .with_context(|| format!("cannot grow the records map to {cap} cgroups"))?;
-        }
-    }
-
-    /// The records capacity a new load needs when `pass` saw more cgroups
-    /// than this one has room for.
-    pub(crate) fn room_for(&self, pass: &Pass) -> Option<u32> {
-        (pass.cgroups > self.capacity).then(|| capacity_for(pass.cgroups))
+        let (pass, ()) = run_growing(
+            self,
+            |loaded| loaded,
+            |loaded| Ok((loaded.run()?, ())),
+            |had, cap| Loaded::new(root, cap, had.config, had.walk.clone(), had.btf.clone()),
+        )?;
+        Ok(pass)
     }
 
     /// What the program was loaded with.
@@ -299,6 +291,28 @@ impl Loaded {
         // SAFETY: as in `records`.
         let rows = unsafe { self.numa.slice((i + 1) * n) };
         rows.get(i * n..).unwrap_or_default()
+    }
+}
+
+/// Runs a pass of `program` until one fits: when a pass saw more cgroups
+/// than the records map has room for (the tree grew), `reload` loads the
+/// program again with room for `cap` (from `loaded`, the [`Loaded`] it
+/// had) and the pass runs again. `T`: what else a pass gives.
+pub(crate) fn run_growing<P, T>(
+    program: &mut P,
+    loaded: fn(&P) -> &Loaded,
+    mut run: impl FnMut(&mut P) -> Result<(Pass, T)>,
+    reload: impl Fn(&Loaded, u32) -> Result<P>,
+) -> Result<(Pass, T)> {
+    loop {
+        let (pass, more) = run(program)?;
+        let had = loaded(program);
+        if pass.cgroups <= had.capacity {
+            return Ok((pass, more));
+        }
+        let cap = capacity_for(pass.cgroups);
+        *program = reload(had, cap)
+            .with_context(|| format!("cannot grow the records map to {cap} cgroups"))?;
     }
 }
 

@@ -17,6 +17,7 @@ use super::contract::Record;
 use super::kernel::LoadConfig;
 use super::layer;
 use super::layer::Pod;
+use super::load::run_growing;
 use super::load::Loaded;
 use super::load::Pass;
 use super::load::Walk;
@@ -163,16 +164,13 @@ impl Passes for Passing<'_> {
                 return Ok((pass, false));
             }
         }
-        let r = self.program.rank(self.root, self.btf.cloned())?;
-        loop {
-            let (pass, moved) = r.run(mode, rank_groups)?;
-            let Some(cap) = r.loaded.room_for(&pass) else {
-                return Ok((pass, moved));
-            };
-            let (config, walk) = (*r.loaded.config(), r.loaded.walk().clone());
-            *r = RankLoaded::new(self.root, cap, config, walk, self.btf.cloned())
-                .with_context(|| format!("cannot grow the records map to {cap} cgroups"))?;
-        }
+        let (root, btf) = (self.root, self.btf);
+        run_growing(
+            self.program.rank(root, btf.cloned())?,
+            |r| &r.loaded,
+            |r| r.run(mode, rank_groups),
+            |had, cap| RankLoaded::new(root, cap, *had.config(), had.walk().clone(), btf.cloned()),
+        )
     }
 
     fn records(&self, n: u32) -> &[Record] {

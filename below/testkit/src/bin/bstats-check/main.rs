@@ -41,7 +41,9 @@ enum Check {
     /// --bpf FILE is served by BPF and each --read FILE=WHY[:DETAIL] is read
     /// as text, BPF's refusal that variant (its JSON `why`, and `detail`)
     Plan {
-        #[arg(default_value = "auto")]
+        // Help stays one line an argument; a wrong BACKEND's error lists
+        // the values.
+        #[arg(default_value = "auto", hide_possible_values = true)]
         backend: BackendChoice,
         #[arg(long = "bpf", value_name = "FILE")]
         bpf: Vec<String>,
@@ -52,7 +54,7 @@ enum Check {
     Compare {
         #[arg(default_value_t = 60)]
         n: usize,
-        #[arg(default_value = "auto")]
+        #[arg(default_value = "auto", hide_possible_values = true)]
         backend: BackendChoice,
     },
     /// Live tree, SAMPLES per run: every value BACKEND serves lies where
@@ -63,7 +65,7 @@ enum Check {
         samples: usize,
         #[arg(long)]
         top: Option<usize>,
-        #[arg(long, default_value = "auto")]
+        #[arg(long, default_value = "auto", hide_possible_values = true)]
         backend: BackendChoice,
         #[arg(long, value_enum)]
         plant: Vec<parity::Plant>,
@@ -89,7 +91,7 @@ enum Check {
         pressure: u64,
         #[arg(long, default_value_t = 40)]
         idle: u64,
-        #[arg(default_value = "auto")]
+        #[arg(default_value = "auto", hide_possible_values = true)]
         backend: BackendChoice,
     },
     /// Tasks contending for the CPUs and moving between cgroups: every
@@ -98,7 +100,7 @@ enum Check {
     PsiTotals {
         #[arg(default_value_t = 1500)]
         samples: u32,
-        #[arg(default_value = "auto")]
+        #[arg(default_value = "auto", hide_possible_values = true)]
         backend: BackendChoice,
     },
     /// Varied processes stopped with SIGSTOP: the BPF process backend ==
