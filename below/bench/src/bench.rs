@@ -18,6 +18,7 @@ use crate::collectors::Target;
 use crate::stats::mean;
 use crate::stats::ms;
 use crate::stats::percentile;
+use crate::status::Status;
 use crate::thread_cost;
 use crate::thread_cost::Cpu;
 use crate::thread_cost::SysCr;
@@ -64,8 +65,7 @@ impl PhaseStats {
 pub struct CollectRow {
     pub collector: &'static str,
     pub kind: Option<Kind>,
-    /// "ok", or "n/a: <why the backend cannot run here>".
-    pub status: String,
+    pub status: Status,
     /// Cgroups in one sample (ours plus whatever else the root holds).
     pub cgroups: usize,
     pub samples: usize,
@@ -92,13 +92,13 @@ impl CollectRow {
         CollectRow {
             collector: kind.label(),
             kind: Some(kind),
-            status: format!("n/a: {why}"),
+            status: Status::NotAvailable(why),
             ..Default::default()
         }
     }
 
     pub fn ok(&self) -> bool {
-        self.status == "ok"
+        self.status == Status::Ok
     }
 
     pub fn total_cpu_ms(&self) -> f64 {
@@ -203,7 +203,7 @@ pub fn collect_cell(kind: Kind, target: &Target, budget: Budget) -> Result<Colle
     Ok(CollectRow {
         collector: kind.label(),
         kind: Some(kind),
-        status: "ok".into(),
+        status: Status::Ok,
         cgroups: l.cgroups,
         samples: l.syscr.len(),
         read: phase(0),
@@ -223,7 +223,7 @@ pub fn collect_cell(kind: Kind, target: &Target, budget: Budget) -> Result<Colle
 pub struct ParallelRow {
     pub collector: &'static str,
     pub kind: Option<Kind>,
-    pub status: String,
+    pub status: Status,
     pub readers: usize,
     /// Rounds in which all readers sampled at once.
     pub rounds: usize,
@@ -247,7 +247,7 @@ pub fn parallel_cell(kind: Kind, target: &Target, k: usize, budget: Budget) -> R
     };
     // Probe availability once, on this thread, for the n/a reason.
     if let Err(e) = Collector::new(kind, target) {
-        row.status = format!("n/a: {e:#}");
+        row.status = Status::NotAvailable(format!("{e:#}"));
         return Ok(row);
     }
     let barrier = Barrier::new(k);
@@ -310,7 +310,7 @@ pub fn parallel_cell(kind: Kind, target: &Target, k: usize, budget: Budget) -> R
     }
     crate::check_interrupted()?;
     let rounds = row.rounds.max(1) as f64;
-    row.status = "ok".into();
+    row.status = Status::Ok;
     row.p50_ms = percentile(&lat, 50.0);
     row.p99_ms = percentile(&lat, 99.0);
     row.cpu_ms = ms(cpu.total) / rounds;

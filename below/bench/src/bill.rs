@@ -28,13 +28,14 @@ use crate::runner::sh_join;
 use crate::runner::status_kib;
 use crate::runner::Cpus;
 use crate::runner::Running;
+use crate::status::Status;
 
 #[derive(Debug, Default, Clone, Serialize)]
 pub struct BillRow {
     pub key: String,
     pub recorder: String,
     pub command: String,
-    pub status: String,
+    pub status: Status,
     pub window_s: f64,
     pub expected: u64,
     pub written: u64,
@@ -115,7 +116,7 @@ fn proc_cpu_task(pid: u32, tid: u32) -> Result<Duration> {
 
 impl BillRow {
     pub fn ok(&self) -> bool {
-        self.status == "ok"
+        self.status == Status::Ok
     }
 }
 
@@ -212,8 +213,8 @@ pub fn measure(
         ..Default::default()
     };
     match measure_inner(r, root, window, warmup, perf, cpus, &mut row) {
-        Ok(()) => row.status = "ok".into(),
-        Err(e) => row.status = format!("n/a: {e:#}"),
+        Ok(()) => row.status = Status::Ok,
+        Err(e) => row.status = Status::NotAvailable(format!("{e:#}")),
     }
     row
 }
@@ -344,29 +345,30 @@ mod test {
 
     #[test]
     fn median_run_is_the_row() {
-        let run = |service: f64, status: &str| BillRow {
+        let run = |service: f64, status: Option<&str>| BillRow {
             service_cpu_ms_per_sample: service,
             cpu_ms_per_sample: service / 2.0,
-            status: status.into(),
+            status: status.map_or(Status::Ok, |why| Status::NotAvailable(why.into())),
             ..Default::default()
         };
         let m = median(vec![
-            run(30.0, "ok"),
-            run(10.0, "ok"),
-            run(0.0, "n/a: x"),
-            run(20.0, "ok"),
+            run(30.0, None),
+            run(10.0, None),
+            run(0.0, Some("x")),
+            run(20.0, None),
         ]);
         assert_eq!(m.service_cpu_ms_per_sample, 20.0);
         assert_eq!(m.rounds_service_ms, [10.0, 20.0, 30.0]);
         assert_eq!(m.rounds_cpu_ms, [5.0, 10.0, 15.0]);
-        let m = median(vec![run(40.0, "ok"), run(10.0, "ok")]);
+        let m = median(vec![run(40.0, None), run(10.0, None)]);
         assert_eq!(
             m.service_cpu_ms_per_sample, 10.0,
             "the lower of the middle two"
         );
-        let m = median(vec![run(0.0, "n/a: a"), run(0.0, "n/a: b")]);
-        assert_eq!((m.status.as_str(), m.rounds_cpu_ms.len()), ("n/a: a", 0));
-        let m = median(vec![run(5.0, "ok")]);
+        let m = median(vec![run(0.0, Some("a")), run(0.0, Some("b"))]);
+        assert_eq!(m.status, Status::NotAvailable("a".into()));
+        assert!(m.rounds_cpu_ms.is_empty());
+        let m = median(vec![run(5.0, None)]);
         assert!(m.rounds_service_ms.is_empty(), "one run: no spread to show");
     }
 }

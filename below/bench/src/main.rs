@@ -15,6 +15,7 @@ mod runner;
 mod soak;
 mod spawns;
 mod stats;
+mod status;
 mod thread_cost;
 
 use std::path::PathBuf;

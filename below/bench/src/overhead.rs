@@ -16,6 +16,7 @@ use serde::Serialize;
 
 use crate::collectors::Kind;
 use crate::stats::median;
+use crate::status::Status;
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Config {
@@ -28,7 +29,7 @@ pub struct Config {
 #[derive(Debug, Default, Clone, Serialize)]
 pub struct OverheadRow {
     pub monitor: String,
-    pub status: String,
+    pub status: Status,
     /// Median workload throughput (MiB processed per second).
     pub ops_per_s: f64,
     /// Throughput lost against the workload alone, in percent.
@@ -197,7 +198,7 @@ pub fn run(
     let base = median(&alone);
     let mut rows = vec![OverheadRow {
         monitor: "none (workload alone)".into(),
-        status: "ok".into(),
+        status: Status::Ok,
         ops_per_s: base,
         rounds: alone.len(),
         ..Default::default()
@@ -210,14 +211,14 @@ pub fn run(
         rows.push(match err {
             Some(e) => OverheadRow {
                 monitor: label,
-                status: format!("n/a: {e}"),
+                status: Status::NotAvailable(e.to_string()),
                 ..Default::default()
             },
             None => {
                 let m = median(&ops);
                 OverheadRow {
                     monitor: label,
-                    status: "ok".into(),
+                    status: Status::Ok,
                     ops_per_s: m,
                     overhead_pct: (base > 0.0).then(|| (1.0 - m / base) * 100.0),
                     monitor_cpu_ms_per_s: Some(median(&cpu)),

@@ -15,6 +15,7 @@ use crate::overhead::OverheadRow;
 use crate::runner::sh_join;
 use crate::soak::SoakResult;
 use crate::stats::ratio;
+use crate::status::Status;
 use crate::thread_cost;
 use crate::Args;
 
@@ -166,7 +167,7 @@ fn thousands(n: usize) -> String {
     out
 }
 
-fn na_line(out: &mut String, label: &str, status: &str, cols: usize) {
+fn na_line(out: &mut String, label: &str, status: &Status, cols: usize) {
     let _ = writeln!(out, "| {label} | {status} |{}", " |".repeat(cols - 2));
 }
 
@@ -450,7 +451,7 @@ impl Report {
             s.reproduce
         );
         for r in &s.rows {
-            if r.status != "ok" {
+            if r.status != Status::Ok {
                 let _ = writeln!(
                     out,
                     "| {} | {} | {} | | | | | |",
@@ -492,7 +493,7 @@ impl Report {
             s.config.rounds
         );
         for r in &s.rows {
-            if r.status != "ok" {
+            if r.status != Status::Ok {
                 na_line(&mut out, &r.monitor, &r.status, 4);
                 continue;
             }

@@ -20,6 +20,7 @@ use crate::runner::sh_join;
 use crate::runner::status_kib;
 use crate::runner::Cpus;
 use crate::runner::Running;
+use crate::status::Status;
 
 /// The `__churn ROOT N PERIOD_MS` mode: a tree of N cgroups created,
 /// kept for PERIOD_MS, removed, again and again, until stdin closes.
@@ -51,7 +52,7 @@ pub struct SoakPoint {
 pub struct SoakResult {
     pub recorder: String,
     pub command: String,
-    pub status: String,
+    pub status: Status,
     pub churn_cgroups: usize,
     pub churn_period_ms: u64,
     pub points: Vec<SoakPoint>,
@@ -76,8 +77,8 @@ pub fn soak(r: &RecorderSpec, root: &Path, cfg: &SoakConfig) -> SoakResult {
         ..Default::default()
     };
     match soak_inner(r, root, cfg, &mut res) {
-        Ok(()) => res.status = "ok".into(),
-        Err(e) => res.status = format!("n/a: {e:#}"),
+        Ok(()) => res.status = Status::Ok,
+        Err(e) => res.status = Status::NotAvailable(format!("{e:#}")),
     }
     res
 }

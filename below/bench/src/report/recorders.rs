@@ -12,6 +12,7 @@ use super::Report;
 use super::SoakSection;
 use crate::bill::BillRow;
 use crate::stats::ratio;
+use crate::status::Status;
 
 impl Report {
     pub(super) fn bill_md(&self, s: &BillSection) -> String {
@@ -234,7 +235,7 @@ impl Report {
             r.churn_cgroups,
             r.churn_period_ms,
         );
-        if r.status != "ok" {
+        if r.status != Status::Ok {
             let _ = writeln!(out, "{}\n", r.status);
         }
         let _ = writeln!(out, "| t s | RSS MiB | samples stored |\n|--:|--:|--:|");
