@@ -9,8 +9,9 @@
 //!   (record layout and tables; `contract` is its Rust side, generated);
 //! - `load`: loading one form of the pass, running it, reading the records
 //!   (through the BPF layer, bstats-bpf);
-//! - `cgroup_rank.bpf.c`, `rank`: the fork's top-N program, the same walk
-//!   in pass modes (the core program is below main's, `cgroup_rank.h`);
+//! - `cgroup_rank.bpf.c`, `program`: the program a backend runs (the core
+//!   pass, replaced by the fork's top-N program, the same walk
+//!   in pass modes, once a sample ranks; `cgroup_rank.h`);
 //! - `protocol`: which passes a sample runs (FULL, or RANK then WANTED);
 //! - `probe`: what this kernel allows, per stat file;
 //! - `decode`: a record's fields as below's types; `fill`: a record into
@@ -42,9 +43,9 @@ mod load;
 mod probe;
 #[cfg(test)]
 mod probe_test;
+mod program;
 mod protocol;
 mod psi;
-mod rank;
 #[cfg(test)]
 mod walk_test;
 
@@ -63,10 +64,10 @@ use self::decode::PrevCputime;
 use self::load::Loaded;
 use self::load::Pass;
 pub(crate) use self::probe::probe;
+use self::program::PassRunner;
+use self::program::Program;
 use self::protocol::Rank;
 use self::protocol::TreeIndex;
-use self::rank::Passing;
-use self::rank::Program;
 use crate::read::RootText;
 use crate::read::Walker;
 use crate::table::Table;
@@ -158,7 +159,7 @@ impl BpfBackend {
             }
             None => None,
         };
-        let mut program = Passing {
+        let mut program = PassRunner {
             program: &mut self.program,
             root: walker.root_fd(),
             btf: self.btf.as_ref(),

@@ -15,17 +15,25 @@ use anyhow::Result;
 
 use super::contract::Record;
 use super::load::Pass;
-use super::rank::PASS_FULL;
-use super::rank::PASS_RANK;
-use super::rank::PASS_WANTED;
+use super::program::PASS_FULL;
+use super::program::PASS_RANK;
+use super::program::PASS_WANTED;
+
+/// Whether a WANTED pass found every wanted record slot still holding the
+/// cgroup wanted there (other passes: [`Slots::Held`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Slots {
+    Held,
+    /// The tree moved since the RANK pass: a slot holds another cgroup.
+    Moved,
+}
 
 /// Runs passes and lends their records.
 pub(crate) trait Passes {
     /// One pass of `mode` (PASS_*; `rank_groups`: the HAS_* groups a RANK
     /// pass reads) over every cgroup: the records grow to hold them (the
-    /// wanted marks are lost then). True when a WANTED pass found a wanted
-    /// slot holding another cgroup.
-    fn run_all(&mut self, mode: usize, rank_groups: u32) -> Result<(Pass, bool)>;
+    /// wanted marks are lost then).
+    fn run_all(&mut self, mode: usize, rank_groups: u32) -> Result<(Pass, Slots)>;
     /// The first `n` records.
     fn records(&self, n: u32) -> &[Record];
     /// Per record slot, the id of the cgroup wanted in full there (0: none)
@@ -93,9 +101,9 @@ pub(crate) fn sample<P: Passes, V: TreeIndex>(
             keep: Some(keep),
         });
     }
-    let moved;
-    (pass, moved) = p.run_all(PASS_WANTED, 0)?;
-    if moved || pass.cgroups != n {
+    let slots;
+    (pass, slots) = p.run_all(PASS_WANTED, 0)?;
+    if slots == Slots::Moved || pass.cgroups != n {
         (pass, _) = p.run_all(PASS_FULL, 0)?;
         let records = p.records(pass.cgroups);
         view.index(records);

@@ -92,11 +92,12 @@ impl Model {
 }
 
 impl Passes for Model {
-    fn run_all(&mut self, mode: usize, rank_groups: u32) -> Result<(Pass, bool)> {
+    fn run_all(&mut self, mode: usize, rank_groups: u32) -> Result<(Pass, Slots)> {
         loop {
             let (pass, moved) = self.run(mode, rank_groups);
             if pass.cgroups as usize <= self.records.len() {
-                return Ok((pass, moved));
+                let slots = if moved { Slots::Moved } else { Slots::Held };
+                return Ok((pass, slots));
             }
             // A new load: bigger maps, every record and mark zeroed.
             let cap = crate::bpf::load::capacity_for(pass.cgroups) as usize;

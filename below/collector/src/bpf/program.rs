@@ -22,6 +22,7 @@ use super::load::Loaded;
 use super::load::Pass;
 use super::load::Walk;
 use super::protocol::Passes;
+use super::protocol::Slots;
 
 // libbpf-cargo's output: its unwrap()s are not ours to change.
 #[allow(clippy::unwrap_used)]
@@ -80,8 +81,8 @@ impl RankLoaded {
         })
     }
 
-    /// One pass of `mode`; true when a WANTED pass found the tree moved.
-    fn run(&mut self, mode: usize, rank_groups: u32) -> Result<(Pass, bool)> {
+    /// One pass of `mode`, and whether a WANTED pass found the tree moved.
+    fn run(&mut self, mode: usize, rank_groups: u32) -> Result<(Pass, Slots)> {
         let control = Control {
             pass_mode: mode as u32,
             rank_groups,
@@ -98,7 +99,11 @@ impl RankLoaded {
             .context("reading the pass's `moved`")?
             .and_then(|b| layer::read::<Control>(&b))
             .context("no .data.rank entry")?;
-        Ok((pass, after.moved != 0))
+        let slots = match after.moved {
+            0 => Slots::Held,
+            _ => Slots::Moved,
+        };
+        Ok((pass, slots))
     }
 }
 
@@ -148,20 +153,20 @@ impl Program {
 }
 
 /// A [`Program`] running passes under `root`.
-pub(crate) struct Passing<'a> {
+pub(crate) struct PassRunner<'a> {
     pub(crate) program: &'a mut Program,
     pub(crate) root: BorrowedFd<'a>,
     /// The BTF file the program was relocated against, if not the kernel's.
     pub(crate) btf: Option<&'a PathBuf>,
 }
 
-impl Passes for Passing<'_> {
-    fn run_all(&mut self, mode: usize, rank_groups: u32) -> Result<(Pass, bool)> {
+impl Passes for PassRunner<'_> {
+    fn run_all(&mut self, mode: usize, rank_groups: u32) -> Result<(Pass, Slots)> {
         if mode == PASS_FULL {
             if let Program::Core { loaded, cgroups } = self.program {
                 let pass = loaded.run_all(self.root)?;
                 *cgroups = pass.cgroups;
-                return Ok((pass, false));
+                return Ok((pass, Slots::Held));
             }
         }
         let (root, btf) = (self.root, self.btf);
