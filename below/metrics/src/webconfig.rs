@@ -756,6 +756,60 @@ done
             .any(|s| s.tls13().is_some()));
     }
 
+    /// cipher_suites and curve_preferences keep what rustls offers in the
+    /// file's order (TLS 1.3 suites stay on, first); a name rustls lacks is
+    /// skipped with a warning, and a list of nothing rustls offers fails.
+    #[test]
+    fn tls_lists_keep_what_rustls_offers_in_the_files_order() {
+        let pki = pki();
+        let d = pki.path();
+        let tls = "tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n";
+        let c = from_str(
+            &format!(
+                "{tls}  cipher_suites: [TLS_RSA_WITH_AES_128_GCM_SHA256, \
+                 TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384, TLS13_AES_128_GCM_SHA256, \
+                 TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256]\n  \
+                 curve_preferences: [CurveP521, CurveP384, X25519]\n"
+            ),
+            d,
+        )
+        .unwrap();
+        assert_eq!(
+            c.warnings,
+            [
+                "tls_server_config.cipher_suites: TLS_RSA_WITH_AES_128_GCM_SHA256 is not offered \
+                 by rustls; skipped",
+                "tls_server_config.curve_preferences: CurveP521 is not offered by rustls; skipped",
+            ]
+        );
+        let config = c.tls.unwrap();
+        let p = config.crypto_provider();
+        let suites: Vec<String> = p
+            .cipher_suites
+            .iter()
+            .filter(|s| s.tls13().is_none())
+            .map(|s| format!("{:?}", s.suite()))
+            .collect();
+        assert_eq!(
+            suites,
+            [
+                "TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384",
+                "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256"
+            ]
+        );
+        let tls13 = |s: &&rustls::SupportedCipherSuite| s.tls13().is_some();
+        let first = p.cipher_suites.iter().take_while(tls13).count();
+        let all = provider().cipher_suites.iter().filter(tls13).count();
+        assert_eq!(first, all, "TLS 1.3's suites stay on, first");
+        let groups: Vec<_> = p.kx_groups.iter().map(|g| g.name()).collect();
+        assert_eq!(
+            groups,
+            [rustls::NamedGroup::secp384r1, rustls::NamedGroup::X25519]
+        );
+        assert!(err(&format!("{tls}  curve_preferences: [CurveP521]\n"), d)
+            .contains("curve_preferences: none of [\"CurveP521\"] is offered by rustls"));
+    }
+
     #[test]
     fn passwords_are_checked_against_bcrypt_hashes() {
         let hash = bcrypt::hash_with_salt("s3cret", 4, [7; 16])
