@@ -295,6 +295,8 @@ fn unpack(file: File, into: &Path, limits: Limits) -> Result<PathBuf> {
 #[cfg(test)]
 mod test {
     use super::*;
+    use crate::test_support::crafted_tar;
+    use crate::test_support::Crafted;
 
     fn logger() -> slog::Logger {
         slog::Logger::root(slog::Discard, slog::o!())
@@ -417,35 +419,6 @@ mod test {
         assert_eq!(frames(u.store_dir()).len(), 2);
     }
 
-    /// A crafted tar entry: name, type, mode, data.
-    type Crafted<'a> = (&'a str, tar::EntryType, u32, &'a [u8]);
-
-    /// A tar with entries written as given: `(name, type, mode, data)`,
-    /// the name raw (`..` included, which tar's builder refuses).
-    fn crafted_tar(path: &Path, entries: &[Crafted]) {
-        let mut b = tar::Builder::new(File::create(path).unwrap());
-        for (name, kind, mode, data) in entries {
-            let mut h = tar::Header::new_gnu();
-            h.as_old_mut().name[..name.len()].copy_from_slice(name.as_bytes());
-            h.set_entry_type(*kind);
-            h.set_mode(*mode);
-            h.set_size(data.len() as u64);
-            if kind.is_symlink() {
-                h.set_link_name("/etc").unwrap();
-            }
-            if kind.is_gnu_sparse() {
-                // 8 GiB of which only the last bytes are stored.
-                let g = h.as_gnu_mut().unwrap();
-                g.set_real_size(8 << 30);
-                g.sparse[0].set_offset((8 << 30) - data.len() as u64);
-                g.sparse[0].set_length(data.len() as u64);
-            }
-            h.set_cksum();
-            b.append(&h, *data).unwrap();
-        }
-        b.into_inner().unwrap();
-    }
-
     fn refused(path: &Path, limits: Limits) -> String {
         let tmp = tempfile::tempdir().unwrap();
         let e = open_in(path, limits, tmp.path()).err().expect("refused");
@@ -520,7 +493,7 @@ mod test {
             (&[], "no store directory"),
         ];
         for (entries, want) in cases {
-            crafted_tar(&p, entries);
+            crafted_tar(&p, entries, Path::new("/etc"));
             let e = refused(&p, Limits::default());
             assert!(e.contains(want), "{entries:?}: {e}");
         }
@@ -528,7 +501,7 @@ mod test {
             ("store/a", T::Regular, 0o644, b"0123"),
             ("store/b", T::Regular, 0o644, b"0123"),
         ];
-        crafted_tar(&p, four);
+        crafted_tar(&p, four, Path::new("/etc"));
         let e = refused(
             &p,
             Limits {
@@ -569,6 +542,7 @@ mod test {
                 ("store/index_1", T::Regular, 0o777, b""),
                 ("store/data_1", T::Regular, 0o4777, b"x"),
             ],
+            Path::new("/etc"),
         );
         let u = open(&p).unwrap();
         assert_private(u.store_dir().parent().unwrap());
