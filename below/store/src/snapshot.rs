@@ -435,59 +435,35 @@ mod test {
         use tar::EntryType as T;
         let d = tempfile::tempdir().unwrap();
         let p = d.path().join("snap");
+        let dir: Crafted = ("store/", T::Directory, 0o755, b"");
+        let file = |name| -> Crafted { (name, T::Regular, 0o644, b"x") };
+        let index = "store/index_00000000000";
         let cases: &[(&[Crafted], &str)] = &[
             (
                 &[("store", T::Symlink, 0o777, b"")],
                 "entry store is not a regular file",
             ),
             (
-                &[
-                    ("store/", T::Directory, 0o755, b""),
-                    ("store/index_00000000000", T::Symlink, 0o777, b""),
-                ],
+                &[dir, (index, T::Symlink, 0o777, b"")],
                 "entry store/index_00000000000 is not a regular file",
             ),
-            (
-                &[
-                    ("store/", T::Directory, 0o755, b""),
-                    ("store/index_00000000000", T::Fifo, 0o644, b""),
-                ],
-                "(Fifo)",
-            ),
+            (&[dir, (index, T::Fifo, 0o644, b"")], "(Fifo)"),
             (&[("store/data_1", T::Char, 0o644, b"")], "(Char)"),
             (
                 &[("store/index_1", T::GNUSparse, 0o644, &[1; 512])],
                 "(GNUSparse)",
             ),
             (&[("store/hard", T::Link, 0o644, b"")], "(Link)"),
+            (&[file("../store/x")], "leaves the snapshot"),
+            (&[file("/store/x")], "leaves the snapshot"),
+            (&[file("store/a/b")], "not in one store directory"),
+            (&[file("x")], "not in one store directory"),
             (
-                &[("../store/x", T::Regular, 0o644, b"x")],
-                "leaves the snapshot",
-            ),
-            (
-                &[("/store/x", T::Regular, 0o644, b"x")],
-                "leaves the snapshot",
-            ),
-            (
-                &[("store/a/b", T::Regular, 0o644, b"x")],
-                "not in one store directory",
-            ),
-            (
-                &[("x", T::Regular, 0o644, b"x")],
-                "not in one store directory",
-            ),
-            (
-                &[
-                    ("a/x", T::Regular, 0o644, b"x"),
-                    ("b/x", T::Regular, 0o644, b"x"),
-                ],
+                &[file("a/x"), file("b/x")],
                 "more than one top-level directory",
             ),
             (
-                &[
-                    ("store/x", T::Regular, 0o644, b"x"),
-                    ("store/x", T::Regular, 0o644, b"y"),
-                ],
+                &[file("store/x"), ("store/x", T::Regular, 0o644, b"y")],
                 "entry store/x",
             ),
             (&[], "no store directory"),
@@ -502,22 +478,13 @@ mod test {
             ("store/b", T::Regular, 0o644, b"0123"),
         ];
         crafted_tar(&p, four, Path::new("/etc"));
-        let e = refused(
-            &p,
-            Limits {
-                entries: 1,
-                bytes: 100,
-            },
-        );
-        assert!(e.contains("more than 1 entries"), "{e}");
-        let e = refused(
-            &p,
-            Limits {
-                entries: 10,
-                bytes: 7,
-            },
-        );
-        assert!(e.contains("more than 7 bytes"), "{e}");
+        for (entries, bytes, want) in [
+            (1, 100, "more than 1 entries"),
+            (10, 7, "more than 7 bytes"),
+        ] {
+            let e = refused(&p, Limits { entries, bytes });
+            assert!(e.contains(want), "{e}");
+        }
         assert!(open_with(
             &p,
             Limits {
