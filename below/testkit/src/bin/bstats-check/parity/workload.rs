@@ -166,8 +166,6 @@ impl Live {
         let mut present = BTreeSet::new();
         let mut x = 0x2545_f491_4f6c_dd1du64;
         let mut tick = 0u64;
-        let move_to =
-            |pid: libc::pid_t, to: &Path| self.fx.set(to, "cgroup.procs", &pid.to_string());
         while !stop.load(Ordering::Relaxed) {
             tick += 1;
             if tick % 30 < 8 {
@@ -190,19 +188,15 @@ impl Live {
                 self.fx.set(&self.wave, "memory.high", limit)?;
                 high += 1;
             }
-            if tick.is_multiple_of(50) {
-                let (from, to) = (tick / 50 % 2 + 1, tick / 50 % 2);
-                move_to(self.roamer.0, &self.roamer.1[to as usize])?;
-                let r = &self.roamer.1;
-                self.moves.record(&r[from as usize % 2], &r[to as usize]);
-                moves += 1;
-            }
-            if tick.is_multiple_of(7) {
-                let (from, to) = (tick / 7 % 2 + 1, tick / 7 % 2);
-                move_to(self.sleeper.0, &self.sleeper.1[to as usize])?;
-                let b = &self.sleeper.1;
-                self.moves.record(&b[from as usize % 2], &b[to as usize]);
-                moves += 1;
+            // The burner every 5 s, then the sleeper every 0.7 s, each to
+            // the other of its two cgroups.
+            for (every, (pid, rooms)) in [(50, &self.roamer), (7, &self.sleeper)] {
+                if tick.is_multiple_of(every) {
+                    let to = (tick / every % 2) as usize;
+                    self.fx.set(&rooms[to], "cgroup.procs", &pid.to_string())?;
+                    self.moves.record(&rooms[1 - to], &rooms[to]);
+                    moves += 1;
+                }
             }
             std::thread::sleep(Duration::from_millis(100));
         }
