@@ -19,6 +19,9 @@ use std::time::SystemTime;
 mod common;
 
 use bstats_store::crc32;
+use bstats_store::test_support::crafted_tar;
+use bstats_store::test_support::edit_index_entry;
+use bstats_store::test_support::Crafted;
 use bstats_testkit::skip_unless_root;
 use bstats_testkit::Controllers;
 use bstats_testkit::Fixture;
@@ -127,21 +130,6 @@ fn shard_file(dir: &Path, kind: &str, shard: u64) -> PathBuf {
     dir.join(format!("{kind}_{shard:011}"))
 }
 
-/// Rewrites index entry `n` with `edit`, its checksum made right.
-fn edit_entry(dir: &Path, n: u64, edit: impl FnOnce(&mut [u8; 32])) {
-    let f = fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(shard_file(dir, "index", BASE))
-        .unwrap();
-    let mut raw = [0u8; 32];
-    f.read_exact_at(&mut raw, n * 32).unwrap();
-    edit(&mut raw);
-    let crc = crc32(&raw[..28]);
-    raw[28..].copy_from_slice(&crc.to_ne_bytes());
-    f.write_all_at(&raw, n * 32).unwrap();
-}
-
 /// `dump system` of the store in `env` over the three samples: it must
 /// end within 20 s, neither killed by a signal nor panicking (101).
 fn dump_times(env: &Env, extra: &[&str]) -> (Output, Vec<u64>) {
@@ -198,7 +186,7 @@ fn dump_times(env: &Env, extra: &[&str]) -> (Output, Vec<u64>) {
 fn an_entry_without_the_cbor_flag() {
     let env = Env::new();
     three_samples(&env.store());
-    edit_entry(&env.store(), 1, |raw| {
+    edit_index_entry(&shard_file(&env.store(), "index", BASE), 1, |raw| {
         let flags = u32::from_ne_bytes(raw[20..24].try_into().unwrap()) & !0x2;
         raw[20..24].copy_from_slice(&flags.to_ne_bytes());
     });
@@ -224,7 +212,7 @@ fn a_frame_declaring_2_62_bytes() {
         .unwrap()
         .write_all_at(&frame, offset)
         .unwrap();
-    edit_entry(&env.store(), 1, |raw| {
+    edit_index_entry(&shard_file(&env.store(), "index", BASE), 1, |raw| {
         raw[8..16].copy_from_slice(&offset.to_ne_bytes());
         raw[16..20].copy_from_slice(&(frame.len() as u32).to_ne_bytes());
         raw[24..28].copy_from_slice(&crc32(&frame).to_ne_bytes());
@@ -256,35 +244,6 @@ fn an_index_that_is_a_fifo_or_a_link_to_one() {
     let (out, times) = dump_times(&env, &[]);
     assert!(out.status.success(), "{}", stderr_of(&out));
     assert_eq!(times, [BASE + 1, BASE + 2, BASE + 3]);
-}
-
-/// A crafted tar entry: name, type, data.
-type Crafted<'a> = (&'a str, tar::EntryType, &'a [u8]);
-
-/// A tar of `entries` (links point to `target`), with raw names as a
-/// crafted tar has them.
-fn crafted_tar(path: &Path, entries: &[Crafted], target: &Path) {
-    let mut b = tar::Builder::new(fs::File::create(path).unwrap());
-    for (name, kind, data) in entries {
-        let mut h = tar::Header::new_gnu();
-        h.as_old_mut().name[..name.len()].copy_from_slice(name.as_bytes());
-        h.set_entry_type(*kind);
-        h.set_mode(0o777);
-        h.set_size(data.len() as u64);
-        if kind.is_symlink() {
-            h.set_link_name(target).unwrap();
-        }
-        if kind.is_gnu_sparse() {
-            // 8 GiB of which only the last block is stored.
-            let g = h.as_gnu_mut().unwrap();
-            g.set_real_size(8 << 30);
-            g.sparse[0].set_offset((8 << 30) - data.len() as u64);
-            g.sparse[0].set_length(data.len() as u64);
-        }
-        h.set_cksum();
-        b.append(&h, *data).unwrap();
-    }
-    b.into_inner().unwrap();
 }
 
 /// Runs `dump --snapshot` with `$TMPDIR` private to the test; returns its
@@ -347,22 +306,22 @@ fn hostile_snapshots_are_refused() {
     let snap = env.dir().join("snap");
     let cases: &[(&[Crafted], &Path, &str)] = &[
         (
-            &[("store", T::Symlink, b"")],
+            &[("store", T::Symlink, 0o777, b"")],
             &outside,
             "entry store is not a regular file or directory",
         ),
         (
             &[
-                ("store/", T::Directory, b""),
-                ("store/index_01728000000", T::Symlink, b""),
+                ("store/", T::Directory, 0o777, b""),
+                ("store/index_01728000000", T::Symlink, 0o777, b""),
             ],
             &fifo,
             "entry store/index_01728000000 is not a regular file or directory",
         ),
         (
             &[
-                ("store/", T::Directory, b""),
-                ("store/index_01728000000", T::GNUSparse, &[7; 512]),
+                ("store/", T::Directory, 0o777, b""),
+                ("store/index_01728000000", T::GNUSparse, 0o777, &[7; 512]),
             ],
             &fifo,
             "(GNUSparse)",

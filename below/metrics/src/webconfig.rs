@@ -315,27 +315,19 @@ fn server_config(
     let mut provider = provider();
     if let Some(names) = &t.cipher_suites {
         // Go's list names TLS 1.2 suites only; TLS 1.3's are always on.
-        let mut kept = Vec::new();
-        for name in names {
-            match provider
-                .cipher_suites
-                .iter()
-                .find(|s| format!("{:?}", s.suite()) == *name || go_alias(name, s.suite()))
-            {
-                Some(s) if s.tls13().is_none() => kept.push(*s),
-                Some(_) => {}
-                None => warnings.push(format!(
-                    "tls_server_config.cipher_suites: {} is not offered by rustls; skipped",
-                    name
-                )),
-            }
-        }
-        if kept.is_empty() && !names.is_empty() {
-            bail!(
-                "tls_server_config.cipher_suites: none of {:?} is offered by rustls",
-                names
-            );
-        }
+        let kept = pick_offered(
+            "cipher_suites",
+            names,
+            warnings,
+            |name| {
+                let found = provider
+                    .cipher_suites
+                    .iter()
+                    .find(|s| format!("{:?}", s.suite()) == name || go_alias(name, s.suite()));
+                Ok(found.copied())
+            },
+            |s| s.tls13().is_none(),
+        )?;
         let tls13: Vec<_> = provider
             .cipher_suites
             .iter()
@@ -345,33 +337,29 @@ fn server_config(
         provider.cipher_suites = tls13.into_iter().chain(kept).collect();
     }
     if let Some(names) = &t.curve_preferences {
-        let mut kept = Vec::new();
-        for name in names {
-            let group = match name.as_str() {
-                "X25519" => rustls::NamedGroup::X25519,
-                "CurveP256" => rustls::NamedGroup::secp256r1,
-                "CurveP384" => rustls::NamedGroup::secp384r1,
-                "CurveP521" => rustls::NamedGroup::secp521r1,
-                other => bail!(
-                    "tls_server_config.curve_preferences: unknown curve {:?}",
-                    other
-                ),
-            };
-            match provider.kx_groups.iter().find(|g| g.name() == group) {
-                Some(g) => kept.push(*g),
-                None => warnings.push(format!(
-                    "tls_server_config.curve_preferences: {} is not offered by rustls; skipped",
-                    name
-                )),
-            }
-        }
-        if kept.is_empty() && !names.is_empty() {
-            bail!(
-                "tls_server_config.curve_preferences: none of {:?} is offered by rustls",
-                names
-            );
-        }
-        provider.kx_groups = kept;
+        provider.kx_groups = pick_offered(
+            "curve_preferences",
+            names,
+            warnings,
+            |name| {
+                let group = match name {
+                    "X25519" => rustls::NamedGroup::X25519,
+                    "CurveP256" => rustls::NamedGroup::secp256r1,
+                    "CurveP384" => rustls::NamedGroup::secp384r1,
+                    "CurveP521" => rustls::NamedGroup::secp521r1,
+                    other => bail!(
+                        "tls_server_config.curve_preferences: unknown curve {:?}",
+                        other
+                    ),
+                };
+                Ok(provider
+                    .kx_groups
+                    .iter()
+                    .find(|g| g.name() == group)
+                    .copied())
+            },
+            |_| true,
+        )?;
     }
 
     let min = version(&t.min_version, "min_version", 12, warnings)?;
@@ -449,6 +437,35 @@ fn server_config(
     config.ignore_client_order = t.prefer_server_cipher_suites.unwrap_or(true);
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(config)
+}
+
+/// What a `tls_server_config` list (`key`) asks for, in the file's order:
+/// `find` looks a name up in rustls' provider (an error for a name the
+/// format does not know), and of what it finds `keep` says what the list
+/// adds. A name rustls does not offer is skipped with a warning, as Go's
+/// lists name more than rustls has; a list of which rustls offers none is
+/// an error.
+fn pick_offered<T>(
+    key: &str,
+    names: &[String],
+    warnings: &mut Vec<String>,
+    find: impl Fn(&str) -> Result<Option<T>>,
+    keep: impl Fn(&T) -> bool,
+) -> Result<Vec<T>> {
+    let mut kept = Vec::new();
+    for name in names {
+        match find(name)? {
+            Some(x) if keep(&x) => kept.push(x),
+            Some(_) => {}
+            None => warnings.push(format!(
+                "tls_server_config.{key}: {name} is not offered by rustls; skipped"
+            )),
+        }
+    }
+    if kept.is_empty() && !names.is_empty() {
+        bail!("tls_server_config.{key}: none of {names:?} is offered by rustls");
+    }
+    Ok(kept)
 }
 
 /// Go's short names for the ChaCha20 suites.
@@ -754,6 +771,60 @@ done
             .cipher_suites
             .iter()
             .any(|s| s.tls13().is_some()));
+    }
+
+    /// cipher_suites and curve_preferences keep what rustls offers in the
+    /// file's order (TLS 1.3 suites stay on, first); a name rustls lacks is
+    /// skipped with a warning, and a list of nothing rustls offers fails.
+    #[test]
+    fn tls_lists_keep_what_rustls_offers_in_the_files_order() {
+        let pki = pki();
+        let d = pki.path();
+        let tls = "tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n";
+        let c = from_str(
+            &format!(
+                "{tls}  cipher_suites: [TLS_RSA_WITH_AES_128_GCM_SHA256, \
+                 TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384, TLS13_AES_128_GCM_SHA256, \
+                 TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256]\n  \
+                 curve_preferences: [CurveP521, CurveP384, X25519]\n"
+            ),
+            d,
+        )
+        .unwrap();
+        assert_eq!(
+            c.warnings,
+            [
+                "tls_server_config.cipher_suites: TLS_RSA_WITH_AES_128_GCM_SHA256 is not offered \
+                 by rustls; skipped",
+                "tls_server_config.curve_preferences: CurveP521 is not offered by rustls; skipped",
+            ]
+        );
+        let config = c.tls.unwrap();
+        let p = config.crypto_provider();
+        let suites: Vec<String> = p
+            .cipher_suites
+            .iter()
+            .filter(|s| s.tls13().is_none())
+            .map(|s| format!("{:?}", s.suite()))
+            .collect();
+        assert_eq!(
+            suites,
+            [
+                "TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384",
+                "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256"
+            ]
+        );
+        let tls13 = |s: &&rustls::SupportedCipherSuite| s.tls13().is_some();
+        let first = p.cipher_suites.iter().take_while(tls13).count();
+        let all = provider().cipher_suites.iter().filter(tls13).count();
+        assert_eq!(first, all, "TLS 1.3's suites stay on, first");
+        let groups: Vec<_> = p.kx_groups.iter().map(|g| g.name()).collect();
+        assert_eq!(
+            groups,
+            [rustls::NamedGroup::secp384r1, rustls::NamedGroup::X25519]
+        );
+        assert!(err(&format!("{tls}  curve_preferences: [CurveP521]\n"), d)
+            .contains("curve_preferences: none of [\"CurveP521\"] is offered by rustls"));
     }
 
     #[test]

@@ -37,6 +37,8 @@ pub mod private;
 pub mod reader;
 pub mod snapshot;
 mod sync;
+#[doc(hidden)]
+pub mod test_support;
 pub mod tmp;
 mod writer;
 

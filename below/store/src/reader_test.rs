@@ -4,6 +4,7 @@ use std::sync::mpsc;
 use store::CompressionMode;
 
 use super::*;
+use crate::test_support::edit_index_entry;
 use crate::writer::Writer;
 
 fn logger() -> slog::Logger {
@@ -41,22 +42,6 @@ fn read_all(dir: &Path) -> Vec<(u64, Option<i64>)> {
         t = ts + 1;
     }
     out
-}
-
-/// Rewrites entry `n` of the index with `edit` applied, its checksum
-/// made right again (what a crafted store does).
-fn edit_entry(dir: &Path, n: u64, edit: impl FnOnce(&mut [u8; 32])) {
-    let f = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(index_path(dir))
-        .unwrap();
-    let mut raw = [0u8; 32];
-    f.read_exact_at(&mut raw, n * 32).unwrap();
-    edit(&mut raw);
-    let crc = crc32(&raw[..28]);
-    raw[28..].copy_from_slice(&crc.to_ne_bytes());
-    f.write_all_at(&raw, n * 32).unwrap();
 }
 
 /// Runs `f` on another thread; fails if it takes more than 10 s.
@@ -124,7 +109,7 @@ fn store_size_counts_readable_samples() {
 fn an_entry_without_the_cbor_flag_is_skipped() {
     let d = tempfile::tempdir().unwrap();
     store_with(d.path(), CompressionMode::Zstd, &[1, 2]);
-    edit_entry(d.path(), 0, |raw| {
+    edit_index_entry(&index_path(d.path()), 0, |raw| {
         let flags = u32_at(raw, 20) & !CBOR;
         raw[20..24].copy_from_slice(&flags.to_ne_bytes());
     });
@@ -155,7 +140,7 @@ fn a_frame_declaring_2_62_bytes_is_skipped() {
         .unwrap()
         .write_all_at(&frame, offset)
         .unwrap();
-    edit_entry(d.path(), 0, |raw| {
+    edit_index_entry(&index_path(d.path()), 0, |raw| {
         raw[8..16].copy_from_slice(&offset.to_ne_bytes());
         raw[16..20].copy_from_slice(&(frame.len() as u32).to_ne_bytes());
         raw[24..28].copy_from_slice(&crc32(&frame).to_ne_bytes());
@@ -250,7 +235,7 @@ fn entries_are_checked_against_the_data() {
     let mut bad = first;
     bad[3] ^= 1;
     assert_eq!(parse_entry(&bad, 0, data_len), Err(BadEntry::Checksum));
-    edit_entry(d.path(), 1, |raw| {
+    edit_index_entry(&index_path(d.path()), 1, |raw| {
         raw[20..24].copy_from_slice(&0x402u32.to_ne_bytes())
     });
     assert_eq!(read_all(d.path()), [(1, Some(1))], "unknown flag bits");

@@ -295,6 +295,8 @@ fn unpack(file: File, into: &Path, limits: Limits) -> Result<PathBuf> {
 #[cfg(test)]
 mod test {
     use super::*;
+    use crate::test_support::crafted_tar;
+    use crate::test_support::Crafted;
 
     fn logger() -> slog::Logger {
         slog::Logger::root(slog::Discard, slog::o!())
@@ -417,35 +419,6 @@ mod test {
         assert_eq!(frames(u.store_dir()).len(), 2);
     }
 
-    /// A crafted tar entry: name, type, mode, data.
-    type Crafted<'a> = (&'a str, tar::EntryType, u32, &'a [u8]);
-
-    /// A tar with entries written as given: `(name, type, mode, data)`,
-    /// the name raw (`..` included, which tar's builder refuses).
-    fn crafted_tar(path: &Path, entries: &[Crafted]) {
-        let mut b = tar::Builder::new(File::create(path).unwrap());
-        for (name, kind, mode, data) in entries {
-            let mut h = tar::Header::new_gnu();
-            h.as_old_mut().name[..name.len()].copy_from_slice(name.as_bytes());
-            h.set_entry_type(*kind);
-            h.set_mode(*mode);
-            h.set_size(data.len() as u64);
-            if kind.is_symlink() {
-                h.set_link_name("/etc").unwrap();
-            }
-            if kind.is_gnu_sparse() {
-                // 8 GiB of which only the last bytes are stored.
-                let g = h.as_gnu_mut().unwrap();
-                g.set_real_size(8 << 30);
-                g.sparse[0].set_offset((8 << 30) - data.len() as u64);
-                g.sparse[0].set_length(data.len() as u64);
-            }
-            h.set_cksum();
-            b.append(&h, *data).unwrap();
-        }
-        b.into_inner().unwrap();
-    }
-
     fn refused(path: &Path, limits: Limits) -> String {
         let tmp = tempfile::tempdir().unwrap();
         let e = open_in(path, limits, tmp.path()).err().expect("refused");
@@ -462,65 +435,41 @@ mod test {
         use tar::EntryType as T;
         let d = tempfile::tempdir().unwrap();
         let p = d.path().join("snap");
+        let dir: Crafted = ("store/", T::Directory, 0o755, b"");
+        let file = |name| -> Crafted { (name, T::Regular, 0o644, b"x") };
+        let index = "store/index_00000000000";
         let cases: &[(&[Crafted], &str)] = &[
             (
                 &[("store", T::Symlink, 0o777, b"")],
                 "entry store is not a regular file",
             ),
             (
-                &[
-                    ("store/", T::Directory, 0o755, b""),
-                    ("store/index_00000000000", T::Symlink, 0o777, b""),
-                ],
+                &[dir, (index, T::Symlink, 0o777, b"")],
                 "entry store/index_00000000000 is not a regular file",
             ),
-            (
-                &[
-                    ("store/", T::Directory, 0o755, b""),
-                    ("store/index_00000000000", T::Fifo, 0o644, b""),
-                ],
-                "(Fifo)",
-            ),
+            (&[dir, (index, T::Fifo, 0o644, b"")], "(Fifo)"),
             (&[("store/data_1", T::Char, 0o644, b"")], "(Char)"),
             (
                 &[("store/index_1", T::GNUSparse, 0o644, &[1; 512])],
                 "(GNUSparse)",
             ),
             (&[("store/hard", T::Link, 0o644, b"")], "(Link)"),
+            (&[file("../store/x")], "leaves the snapshot"),
+            (&[file("/store/x")], "leaves the snapshot"),
+            (&[file("store/a/b")], "not in one store directory"),
+            (&[file("x")], "not in one store directory"),
             (
-                &[("../store/x", T::Regular, 0o644, b"x")],
-                "leaves the snapshot",
-            ),
-            (
-                &[("/store/x", T::Regular, 0o644, b"x")],
-                "leaves the snapshot",
-            ),
-            (
-                &[("store/a/b", T::Regular, 0o644, b"x")],
-                "not in one store directory",
-            ),
-            (
-                &[("x", T::Regular, 0o644, b"x")],
-                "not in one store directory",
-            ),
-            (
-                &[
-                    ("a/x", T::Regular, 0o644, b"x"),
-                    ("b/x", T::Regular, 0o644, b"x"),
-                ],
+                &[file("a/x"), file("b/x")],
                 "more than one top-level directory",
             ),
             (
-                &[
-                    ("store/x", T::Regular, 0o644, b"x"),
-                    ("store/x", T::Regular, 0o644, b"y"),
-                ],
+                &[file("store/x"), ("store/x", T::Regular, 0o644, b"y")],
                 "entry store/x",
             ),
             (&[], "no store directory"),
         ];
         for (entries, want) in cases {
-            crafted_tar(&p, entries);
+            crafted_tar(&p, entries, Path::new("/etc"));
             let e = refused(&p, Limits::default());
             assert!(e.contains(want), "{entries:?}: {e}");
         }
@@ -528,23 +477,14 @@ mod test {
             ("store/a", T::Regular, 0o644, b"0123"),
             ("store/b", T::Regular, 0o644, b"0123"),
         ];
-        crafted_tar(&p, four);
-        let e = refused(
-            &p,
-            Limits {
-                entries: 1,
-                bytes: 100,
-            },
-        );
-        assert!(e.contains("more than 1 entries"), "{e}");
-        let e = refused(
-            &p,
-            Limits {
-                entries: 10,
-                bytes: 7,
-            },
-        );
-        assert!(e.contains("more than 7 bytes"), "{e}");
+        crafted_tar(&p, four, Path::new("/etc"));
+        for (entries, bytes, want) in [
+            (1, 100, "more than 1 entries"),
+            (10, 7, "more than 7 bytes"),
+        ] {
+            let e = refused(&p, Limits { entries, bytes });
+            assert!(e.contains(want), "{e}");
+        }
         assert!(open_with(
             &p,
             Limits {
@@ -569,6 +509,7 @@ mod test {
                 ("store/index_1", T::Regular, 0o777, b""),
                 ("store/data_1", T::Regular, 0o4777, b"x"),
             ],
+            Path::new("/etc"),
         );
         let u = open(&p).unwrap();
         assert_private(u.store_dir().parent().unwrap());
