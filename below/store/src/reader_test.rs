@@ -96,7 +96,7 @@ fn store_size_counts_readable_samples() {
             data_bytes: data_len
         }
     );
-    edit_entry(d.path(), 0, |raw| {
+    edit_index_entry(&index_path(d.path()), 0, |raw| {
         raw[20..24].copy_from_slice(&0u32.to_ne_bytes())
     });
     assert_eq!(size(d.path()).samples, 4, "an entry without the CBOR flag");
