@@ -539,24 +539,28 @@ fn run(opt: Opt) -> Result<()> {
                 &time,
                 yesterdays.as_deref(),
             )?;
-            // The first sample the view opens at (a snapshot is read whole).
+            let logger = tui_logger(&cfg.below.log_dir, cfg.debug)?;
+            // The first sample the view opens at (a snapshot is read whole;
+            // a store that cannot be read fails below, in history_source).
             let first = match &snapshot {
                 Some(_) => None,
                 None => {
                     let secs = ts
                         .duration_since(SystemTime::UNIX_EPOCH)
                         .map_or(0, |d| d.as_secs());
-                    bstats_store::reader::SafeStore::new(
+                    let mut store = bstats_store::reader::SafeStore::new(
                         stderr_logger(cfg.debug),
                         store_dir.clone(),
                         false,
-                    )
-                    .find(secs, store::Direction::Forward)?
-                    .map(|(t, _)| SystemTime::UNIX_EPOCH + Duration::from_secs(t))
+                    );
+                    store
+                        .find(secs, store::Direction::Forward)
+                        .ok()
+                        .flatten()
+                        .map(|(t, _)| SystemTime::UNIX_EPOCH + Duration::from_secs(t))
                 }
             };
             let (begin, end, more) = history::replay_range(ts, first);
-            let logger = tui_logger(&cfg.below.log_dir, cfg.debug)?;
             let source = snapshot.clone().unwrap_or_else(|| store_dir.clone());
             let history = history_source(
                 &stderr_logger(cfg.debug),
