@@ -160,9 +160,9 @@ impl CgroupCollector {
         let by = self.ranker.as_ref().map(|r| r.top.by);
         // Over the records when they hold the ranked value, unless streams
         // fill values after the pass.
-        let pass_groups = by
-            .filter(|_| self.bpf.is_some() && streams.is_none())
-            .and_then(BpfBackend::rank_groups);
+        let pass_groups = (self.bpf.as_ref().zip(by))
+            .filter(|_| streams.is_none())
+            .and_then(|(bpf, by)| bpf.rank_groups(by));
         let mut rank_at = match by {
             None => RankAt::Nowhere,
             Some(_) if pass_groups.is_some() => RankAt::Pass,

@@ -1,6 +1,6 @@
-//! Top-N over the BPF records on this host's kernel: the fork's rank
-//! program (cgroup_rank) loads through the verifier in place of the core's,
-//! keeps the busiest cgroup, and what it keeps is read in full, also after
+//! Top-N over the BPF records on this host's kernel: the fork's program
+//! (bstats) runs its pass modes through the verifier, keeps the busiest
+//! cgroup, and what it keeps is read in full, also after
 //! the tree moved every record slot behind a new cgroup (a RANK pass whose
 //! wanted slot holds another cgroup, then a WANTED pass).
 //! Skipped (with a message) when not root or when BPF does not serve

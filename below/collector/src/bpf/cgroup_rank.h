@@ -1,14 +1,14 @@
 /* SPDX-License-Identifier: GPL-2.0 */
 /*
  * The fork's top-N passes over cgroup_stats.bpf.c (the program below main
- * carries): the contract of cgroup_rank.bpf.c with user space, read by
- * build.rs like cgroup_stats.h.
+ * carries): the pass modes of bstats.bpf.c, read by build.rs like
+ * cgroup_stats.h.
  */
 #ifndef CGROUP_RANK_H
 #define CGROUP_RANK_H
 
 /* What a pass writes (`pass_mode`, set by user space per pass): FULL every
- * record in full, as cgroup_stats does; RANK in full the records of the
+ * record in full, as cgroup_stats does, and its pressure; RANK in full the records of the
  * cgroups user space wants (map `wanted`: the last sample's top N, usually
  * this one's too), and of the others the groups in `rank_groups` (the
  * ranked value) and, if the slot holds another cgroup than at the last

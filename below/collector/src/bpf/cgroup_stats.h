@@ -55,28 +55,16 @@
 	X(HAS_CPU)                                                            \
 	X(HAS_PIDS)                                                           \
 	X(HAS_CPUSET)                                                         \
-	X(HAS_PSI)                                                            \
 	X(HAS_BSTAT)                                                          \
-	X(HAS_NUMA)                                                           \
-	X(HAS_PSI_QUEUED)
+	X(HAS_NUMA)
 BITS(HAS_FLAGS, has);
 
 /* What the running kernel let the last pass do (global `features`). */
 #define FEAT_FLAGS(X)                                                         \
 	X(FEAT_CPU_FLUSH)                                                     \
 	X(FEAT_MEMCG_KFUNCS)                                                  \
-	X(FEAT_PSI)                                                           \
-	X(FEAT_PSI_CLOCK)                                                     \
 	X(FEAT_NUMA)
 BITS(FEAT_FLAGS, feat);
-
-/* Why a pass has no clock for pressure (global `psi_no_clock`, 0 when it
- * has one): kernel symbols missing from kallsyms, HZ not dividing 10^6, a
- * zero rq->clock, an unknown psi_group_cpu layout. */
-#define PSI_NO_SYMBOLS 1
-#define PSI_ODD_HZ 2
-#define PSI_NO_RQ_CLOCK 3
-#define PSI_CPU_LAYOUT 4
 
 /* Kfuncs user space found in the running kernel's BTF (rodata `kfuncs`):
  * bpf_ksym_exists() on a kfunc needs 6.3+, so the check is done there. */
@@ -245,17 +233,6 @@ enum memstat_slot { MEMSTAT_KEYS(MS_ENUM) NR_MS };
 #define NUMA_ENUM(key, item, unit) NUMA_##key,
 enum numa_item { NUMA_ITEMS(NUMA_ENUM) NR_NUMA_STATS };
 
-/* Pressure rows: record.psi_*[PSI_ROW_row] from `enum psi_states` STATE. */
-#define PSI_ROWS(X)                                                           \
-	X(io_some, PSI_IO_SOME)                                               \
-	X(io_full, PSI_IO_FULL)                                               \
-	X(memory_some, PSI_MEM_SOME)                                          \
-	X(memory_full, PSI_MEM_FULL)                                          \
-	X(cpu_some, PSI_CPU_SOME)                                             \
-	X(cpu_full, PSI_CPU_FULL)
-#define PSI_ENUM(row, state) PSI_ROW_##row,
-enum psi_row { PSI_ROWS(PSI_ENUM) NR_PSI_ROWS };
-
 /* memory.events keys: record.events[EV_key] and .events_local[EV_key]
  * from `enum memcg_memory_event` EVENT. */
 #define MEMCG_EVENTS(X)                                                       \
@@ -290,15 +267,6 @@ struct record {
 	__u64 weight;
 	__u64 quota_ns;
 	__u64 period_ns;
-	/* pressure: total[PSI_AVGS] with what the per-CPU buckets hold past
-	 * it (what a read of the file collects first), and the state its
-	 * update_averages() works from: avg[] (11 fraction bits), avg_total[],
-	 * avg_last_update and avg_next_update (sched_clock ns) */
-	__u64 psi_total_ns[NR_PSI_ROWS];
-	__u64 psi_avg[NR_PSI_ROWS][3];
-	__u64 psi_avg_total_ns[NR_PSI_ROWS];
-	__u64 psi_avg_last_update;
-	__u64 psi_avg_next_update;
 	/* pids */
 	__u64 pids_current;
 	__u64 pids_limit;
@@ -344,7 +312,6 @@ struct contract {
 	enum ctrl_bit ctrl;
 	enum memstat_slot memstat;
 	enum numa_item numa;
-	enum psi_row psi;
 	enum memcg_event event;
 	enum fact_bit fact;
 };

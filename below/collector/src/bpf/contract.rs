@@ -184,34 +184,10 @@ macro_rules! numa_items {
     };
 }
 
-/// Pressure rows: `record.psi_*[]` (`enum psi_row`), as named fields.
-macro_rules! psi_rows {
-    ($(($row:ident, $state:ident))*) => {
-        mod psi {
-            #[allow(non_camel_case_types)]
-            pub(crate) enum Pos { $($row,)* }
-        }
-
-        pub(crate) struct PsiRows<T> {
-            $(pub(crate) $row: T,)*
-        }
-
-        impl<T> PsiRows<T> {
-            /// Each row from its index in the record.
-            pub(crate) fn from_fn(mut f: impl FnMut(usize) -> T) -> Self {
-                PsiRows { $($row: f(psi::Pos::$row as usize),)* }
-            }
-        }
-
-        #[cfg(test)]
-        pub(crate) const PSI_ROWS: &[&str] = &[$(stringify!($row),)*];
-    };
-}
-
 #[cfg(fbcode_build)]
 include!(env!("CGROUP_STATS_CONTRACT"));
 #[cfg(not(fbcode_build))]
 include!(concat!(env!("OUT_DIR"), "/contract.rs"));
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

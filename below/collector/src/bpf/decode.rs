@@ -15,10 +15,6 @@
 //! From a record to cgroupfs's stat structs: plain functions over the
 //! record's bytes, in the units and encodings the text files use. Nothing
 //! here needs a loaded program (tests build records by hand).
-//!
-//! Pressure: the values a read of the file would print at the pass (the
-//! program sums the per-CPU buckets into the totals, psi.rs brings the
-//! averages to the pass's clock).
 
 use std::collections::BTreeMap;
 use std::collections::BTreeSet;
@@ -28,14 +24,9 @@ use std::os::unix::ffi::OsStringExt;
 
 use cgroupfs::CgroupStat;
 use cgroupfs::CpuMax;
-use cgroupfs::CpuPressure;
 use cgroupfs::CpuStat;
 use cgroupfs::Cpuset;
-use cgroupfs::IoPressure;
 use cgroupfs::MemNodes;
-use cgroupfs::MemoryPressure;
-use cgroupfs::Pressure;
-use cgroupfs::PressureMetrics;
 
 use super::contract::*;
 use super::kernel::LoadConfig;
@@ -43,8 +34,6 @@ use super::kernel::NumaLayout;
 use super::layer;
 use super::layer::cputime_adjust;
 use super::load::Pass;
-use super::load::PsiClock;
-use super::psi;
 use crate::MemoryEvents;
 use crate::MemoryEventsLocal;
 use crate::MemoryNumaStat;
@@ -66,8 +55,6 @@ pub(crate) struct Decoder {
     pub(crate) page_size: u64,
     /// The nodes memory.numa_stat prints (N_MEMORY at the last pass).
     pub(crate) memory_nodes: u64,
-    /// The last pass's clocks for pressure averages.
-    pub(crate) psi_clock: Option<PsiClock>,
 }
 
 /// Last scaled (utime, stime) per cgroup id, for monotonic user/system.
@@ -75,7 +62,7 @@ pub(crate) type PrevCputime = HashMap<u64, (u64, u64)>;
 
 impl Decoder {
     /// For the records of a pass: the config the program was loaded with,
-    /// the pass's N_MEMORY nodes and clocks.
+    /// the pass's N_MEMORY nodes.
     pub(crate) fn new(config: &LoadConfig, pass: &Pass) -> Self {
         Decoder {
             cpus: config.cpus,
@@ -83,7 +70,6 @@ impl Decoder {
             numa: config.numa,
             page_size: layer::page_size(),
             memory_nodes: pass.memory_nodes,
-            psi_clock: pass.psi_clock,
         }
     }
 
@@ -224,46 +210,6 @@ pub(crate) fn cpu_weight(shares: u64) -> u32 {
         (shares >> 10).max(2)
     };
     ((w * 100 + 512) / 1024).clamp(1, 10000) as u32
-}
-
-impl Decoder {
-    /// The pressure files as a read at the pass would print them (the
-    /// averages as stored when the pass has no clock: callers read the
-    /// files then).
-    pub(crate) fn pressure(&self, r: &Record) -> Pressure {
-        let mut avg = r.psi_avg;
-        if let Some(clock) = self.psi_clock {
-            psi::update_averages(r, clock, &mut avg);
-        }
-        let rows = PsiRows::from_fn(|i| PressureMetrics {
-            avg10: Some(load_avg(avg[i][0])),
-            avg60: Some(load_avg(avg[i][1])),
-            avg300: Some(load_avg(avg[i][2])),
-            total: Some(r.psi_total_ns[i] / 1000),
-        });
-        Pressure {
-            cpu: CpuPressure {
-                some: rows.cpu_some,
-                full: Some(rows.cpu_full),
-            },
-            io: IoPressure {
-                some: rows.io_some,
-                full: rows.io_full,
-            },
-            memory: MemoryPressure {
-                some: rows.memory_some,
-                full: rows.memory_full,
-            },
-        }
-    }
-}
-
-/// A psi average (11 fraction bits) as the text prints it, "%lu.%02lu",
-/// then parsed: an exact decimal divided once rounds like the parser.
-pub(crate) fn load_avg(v: u64) -> f64 {
-    let int = v >> 11;
-    let frac = ((v & 2047) * 100) >> 11;
-    (int * 100 + frac) as f64 / 100.0
 }
 
 pub(crate) fn controller_names(mask: u32) -> BTreeSet<String> {

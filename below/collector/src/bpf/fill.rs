@@ -11,13 +11,18 @@ use model::CgroupSample;
 use super::contract::*;
 use super::decode;
 use super::decode::*;
+use super::psi::PressureRow;
+use super::psi::PsiPass;
+use super::psi::PsiRows;
+use super::psi::HAS_PSI;
 use crate::cgroupfs_ext::numa_stat_09;
 use crate::FileSet;
 use crate::StatFile;
 use crate::TopBy;
 
 /// `s` becomes the sample of `files` the record (with its numa rows,
-/// [`super::load::Loaded::numa`]) holds. The root's
+/// [`super::load::Loaded::numa`], and its pressure row with the pass's
+/// pressure state where the program has pressure) holds. The root's
 /// cpu.stat and pressure are left out (the kernel fills them from
 /// system-wide state). Of what `s` held before, only the sets that still
 /// have the same members are kept (not allocated again); every other
@@ -26,6 +31,7 @@ pub(crate) fn fill(
     d: &Decoder,
     r: &Record,
     numa: &[NumaRow],
+    psi: Option<(&PsiPass, &PressureRow)>,
     files: FileSet,
     prev: &mut PrevCputime,
     s: &mut CgroupSample,
@@ -76,11 +82,14 @@ pub(crate) fn fill(
         .then(|| controllers(r.subtree_control, cgroup_subtree_control.take()));
     *cpu_stat = (want(StatFile::CpuStat) && !root_text(StatFile::CpuStat) && has(HAS_BSTAT))
         .then(|| decode::cpu_stat(r, prev));
-    *pressure = (want(StatFile::CpuPressure)
-        && !root_text(StatFile::CpuPressure)
-        && has(HAS_PSI)
-        && pressure_exact(d, r))
-    .then(|| d.pressure(r));
+    *pressure = psi
+        .filter(|(pass, row)| {
+            want(StatFile::CpuPressure)
+                && !root_text(StatFile::CpuPressure)
+                && has(HAS_PSI)
+                && pass.exact(r, row)
+        })
+        .map(|(pass, row)| pass.pressure(row));
     let pids = !root && has(HAS_PIDS);
     *tids_current = (pids && want(StatFile::PidsCurrent)).then_some(r.pids_current);
     *tids_max = (pids && want(StatFile::PidsMax)).then(|| pids_max(r));
@@ -132,30 +141,16 @@ pub(crate) fn fill(
     *memory_zswap_current = None;
 }
 
-/// Whether `r`'s pressure is what its files print: always with the pass's
-/// clock. Without it, only when no aggregation is queued (every per-CPU
-/// bucket idle and in the totals) and every average is 0 with a stall
-/// since the last update too short to move one: update_averages() takes
-/// `time * 100 / period` whole percents, and its period is at least
-/// next_update - last_update. The others are read as text.
-pub(crate) fn pressure_exact(d: &Decoder, r: &Record) -> bool {
-    if d.psi_clock.is_some() {
-        return true;
-    }
-    let (last, next) = (r.psi_avg_last_update, r.psi_avg_next_update);
-    if has(r, HAS_PSI_QUEUED) || next < last {
-        return false;
-    }
-    r.psi_avg.iter().enumerate().all(|(i, avg)| {
-        let stall = r.psi_total_ns[i].wrapping_sub(r.psi_avg_total_ns[i]) as u32 as u64;
-        *avg == [0; 3] && (stall == 0 || stall * 100 < next - last)
-    })
-}
-
 /// The value top-N ranks `r` by, in the units of [`TopBy::value`];
 /// `None` for what the record does not hold (io.stat) or the cgroup
 /// does not have. The root is never ranked.
-pub(crate) fn rank_value(d: &Decoder, r: &Record, by: TopBy) -> Option<u64> {
+/// `pressure`: its pressure row, where the program has pressure.
+pub(crate) fn rank_value(
+    d: &Decoder,
+    r: &Record,
+    pressure: Option<&PressureRow>,
+    by: TopBy,
+) -> Option<u64> {
     let has = |flag| has(r, flag) && r.level != 0;
     match by {
         TopBy::Cpu => has(HAS_BSTAT).then_some(r.usage_ns / 1000),
@@ -163,8 +158,8 @@ pub(crate) fn rank_value(d: &Decoder, r: &Record, by: TopBy) -> Option<u64> {
         TopBy::Memory => {
             (has(HAS_MEMCG) && r.mem_usage != ABSENT).then(|| r.mem_usage * d.page_size)
         }
-        TopBy::Pressure => has(HAS_PSI).then(|| {
-            let t = PsiRows::from_fn(|i| r.psi_total_ns[i] / 1000);
+        TopBy::Pressure => pressure.filter(|_| has(HAS_PSI)).map(|p| {
+            let t = PsiRows::from_fn(|i| p.total_ns[i] / 1000);
             t.cpu_some + t.io_some + t.memory_some
         }),
         TopBy::Io => None,

@@ -4,30 +4,59 @@
 use std::collections::BTreeSet;
 
 use super::super::decode::tests::*;
+use super::super::psi::PsiClock;
+use super::super::psi::FEAT_PSI;
+use super::super::psi::FEAT_PSI_CLOCK;
+use super::super::psi::HAS_PSI_QUEUED;
 use super::*;
 use crate::FileSet;
 
-/// A fresh sample: what `fill` makes of a default one.
-fn sample(d: &Decoder, r: &Record, files: FileSet, prev: &mut PrevCputime) -> CgroupSample {
-    let mut s = CgroupSample::default();
-    fill(d, r, &full_numa(), files, prev, &mut s);
-    s
-}
-
 /// A pass with its clock: pressure from every record that has it.
-fn clocked() -> Decoder {
-    Decoder {
-        psi_clock: Some(super::super::load::PsiClock {
+fn clocked() -> PsiPass {
+    PsiPass {
+        features: FEAT_PSI | FEAT_PSI_CLOCK,
+        no_clock: 0,
+        clock: Some(PsiClock {
             now: 11_000_000_000,
             period: 2_004_000_000,
         }),
-        ..decoder()
     }
+}
+
+/// A fresh sample: what `fill` makes of a default one, with the pass's
+/// clock.
+fn sample(d: &Decoder, r: &Record, files: FileSet, prev: &mut PrevCputime) -> CgroupSample {
+    sample_psi(d, r, &clocked(), files, prev)
+}
+
+fn sample_psi(
+    d: &Decoder,
+    r: &Record,
+    psi: &PsiPass,
+    files: FileSet,
+    prev: &mut PrevCputime,
+) -> CgroupSample {
+    let mut s = CgroupSample::default();
+    let row = PressureRow::default();
+    fill(d, r, &full_numa(), Some((psi, &row)), files, prev, &mut s);
+    s
+}
+
+/// [`full`] with its pressure row.
+fn full_psi() -> Record {
+    let mut r = full();
+    r.flags |= HAS_PSI;
+    r
 }
 
 #[test]
 fn full_record_serves_every_file() {
-    let s = sample(&clocked(), &full(), FileSet::all(), &mut PrevCputime::new());
+    let s = sample(
+        &decoder(),
+        &full_psi(),
+        FileSet::all(),
+        &mut PrevCputime::new(),
+    );
     assert_eq!(s.inode_number, Some(42));
     assert_eq!(
         s.cgroup_subtree_control.unwrap(),
@@ -125,12 +154,22 @@ fn root_leaves_text_files_out() {
 #[test]
 fn fill_over_an_old_sample_is_a_fresh_sample() {
     let d = decoder();
-    let mut r = full();
+    let mut r = full_psi();
     let mut s = sample(&d, &r, FileSet::all(), &mut PrevCputime::new());
+    assert!(s.pressure.is_some());
     // Filled over the old sample, it equals a fresh one.
     let refill = |r: &Record, s: &mut CgroupSample| {
         let all = FileSet::all();
-        fill(&d, r, &full_numa(), all, &mut PrevCputime::new(), s);
+        let psi = (&clocked(), &PressureRow::default());
+        fill(
+            &d,
+            r,
+            &full_numa(),
+            Some(psi),
+            all,
+            &mut PrevCputime::new(),
+            s,
+        );
         assert_eq!(*s, sample(&d, r, all, &mut PrevCputime::new()));
     };
     // The same record again: every set is reused, not allocated again.
@@ -154,7 +193,16 @@ fn fill_over_an_old_sample_is_a_fresh_sample() {
     s.memory_zswap_current = Some(1);
     let children = Some([("c".to_string(), CgroupSample::default())].into());
     s.children = children.clone();
-    fill(&d, &r, &full_numa(), some, &mut PrevCputime::new(), &mut s);
+    let psi = (&clocked(), &PressureRow::default());
+    fill(
+        &d,
+        &r,
+        &full_numa(),
+        Some(psi),
+        some,
+        &mut PrevCputime::new(),
+        &mut s,
+    );
     assert_eq!(s.children, children);
     s.children = None;
     assert_eq!(s, sample(&d, &r, some, &mut PrevCputime::new()));
@@ -179,43 +227,34 @@ fn same_bits_is_set_equality_below_the_limit() {
     assert!(!same_bits(&set(&[3]), &[0b1000], 2));
 }
 
-/// Without the pass's clock, pressure comes from a record only where its
-/// files print nothing a clock would change.
+/// Pressure comes from the row only where the pass can tell it exactly
+/// (PsiPass::exact, tested in psi::tests), and never without a row.
 #[test]
-fn pressure_without_the_clock_only_where_no_clock_matters() {
-    let mut d = clocked();
-    let mut r = full();
-    r.flags |= HAS_PSI;
-    r.psi_avg = Default::default();
-    r.psi_avg_total_ns = r.psi_total_ns;
-    r.psi_avg_last_update = 10_000_000_000;
-    r.psi_avg_next_update = 12_000_000_000;
-    let served = |d: &Decoder, r: &Record| {
-        let s = sample(d, r, FileSet::all(), &mut PrevCputime::new());
-        assert_eq!(s.pressure.is_some(), pressure_exact(d, r));
-        s.pressure.is_some()
-    };
-    assert!(served(&d, &r), "with the clock");
-    d.psi_clock = None;
+fn pressure_where_the_row_is_exact() {
+    let (d, r) = (decoder(), full_psi());
+    let files = FileSet::all();
+    let mut psi = clocked();
+    assert!(sample_psi(&d, &r, &psi, files, &mut PrevCputime::new())
+        .pressure
+        .is_some());
+    psi = psi.without_clock();
+    let mut queued = r;
+    queued.flags |= HAS_PSI_QUEUED;
+    assert!(!psi.exact(&queued, &PressureRow::default()));
     assert!(
-        served(&d, &r),
-        "idle, averages 0, nothing since the last update"
+        sample_psi(&d, &queued, &psi, files, &mut PrevCputime::new())
+            .pressure
+            .is_none()
     );
-    // 19 ms of stall in a period of at least 2 s: under 1%, no average moves.
-    r.psi_total_ns[1] += 19_000_000;
-    assert!(served(&d, &r));
-    r.psi_total_ns[1] += 1_000_000;
-    assert!(
-        !served(&d, &r),
-        "1% of the shortest period: an average may move"
+    let mut s = CgroupSample::default();
+    fill(
+        &d,
+        &r,
+        &full_numa(),
+        None,
+        files,
+        &mut PrevCputime::new(),
+        &mut s,
     );
-    r.psi_total_ns[1] = r.psi_avg_total_ns[1];
-    r.psi_avg[2][2] = 1;
-    assert!(!served(&d, &r), "an average to decay");
-    r.psi_avg[2][2] = 0;
-    r.flags |= HAS_PSI_QUEUED;
-    assert!(!served(&d, &r), "per-CPU buckets not in the totals");
-    r.flags &= !HAS_PSI_QUEUED;
-    r.psi_avg_next_update = r.psi_avg_last_update - 1;
-    assert!(!served(&d, &r), "update times out of order");
+    assert!(s.pressure.is_none(), "a program without pressure");
 }

@@ -38,7 +38,6 @@ use super::contract::skel::types::rodata as Rodata;
 use super::contract::NumaRow;
 use super::contract::Record;
 use super::contract::CPU_WORDS;
-use super::contract::FEAT_PSI_CLOCK;
 use super::contract::OBJECT;
 use super::kernel::LoadConfig;
 use super::layer;
@@ -76,6 +75,23 @@ pub(crate) enum NoRcuWalk {
 }
 
 impl Walk {
+    /// Loads the pass with `load` under RCU where the kernel has the
+    /// kfuncs (`rcu_walk`) and the verifier takes it, else as the cgroup
+    /// iterator, saying why.
+    pub(crate) fn first<T>(
+        rcu_walk: Result<(), &'static str>,
+        load: impl Fn(Walk) -> Result<T>,
+    ) -> Result<T> {
+        let why = match rcu_walk {
+            Ok(()) => match load(Walk::Rcu) {
+                Ok(loaded) => return Ok(loaded),
+                Err(e) => NoRcuWalk::Load(format!("{e:#}")),
+            },
+            Err(why) => NoRcuWalk::Unavailable(why),
+        };
+        load(Walk::Locked(why))
+    }
+
     /// The program of this form of `prog` (a CGROUP_PASS name).
     pub(crate) fn program(&self, prog: &str) -> String {
         match self {
@@ -118,7 +134,7 @@ pub(crate) struct Loaded {
 }
 
 /// Records room at the first load; the map grows when a pass needs more.
-const FIRST_CAPACITY: u32 = 256;
+pub(crate) const FIRST_CAPACITY: u32 = 256;
 
 /// Records room for a tree of `cgroups`: a sixteenth and 64 more, so the
 /// kernel pins little past what the tree needs while a growing tree
@@ -129,19 +145,13 @@ pub(crate) fn capacity_for(cgroups: u32) -> u32 {
 }
 
 impl Loaded {
-    /// The first load: under RCU where the kernel has the kfuncs and the
-    /// verifier takes it, else the cgroup iterator. `btf`: CO-RE
+    /// The first load, in the form [`Walk::first`] picks. `btf`: CO-RE
     /// relocations against this BTF file, not the kernel's.
     pub(crate) fn first(root: BorrowedFd, config: LoadConfig, btf: Option<&Path>) -> Result<Self> {
         let btf = btf.map(Path::to_path_buf);
-        let why = match config.rcu_walk {
-            Ok(()) => match Self::new(root, FIRST_CAPACITY, config, Walk::Rcu, btf.clone()) {
-                Ok(loaded) => return Ok(loaded),
-                Err(e) => NoRcuWalk::Load(format!("{e:#}")),
-            },
-            Err(why) => NoRcuWalk::Unavailable(why),
-        };
-        Self::new(root, FIRST_CAPACITY, config, Walk::Locked(why), btf)
+        Walk::first(config.rcu_walk, |walk| {
+            Self::new(root, FIRST_CAPACITY, config, walk, btf.clone())
+        })
     }
 
     fn new(
@@ -188,7 +198,6 @@ impl Loaded {
             .context("Failed to size the numa map")?;
         layer::set_data(open, ".rodata", |rodata: &mut Rodata| {
             rodata.cpumask_bytes = (config.cpus.div_ceil(64) * 8).min(CPU_WORDS * 8) as u32;
-            rodata.nr_cpus = config.cpus as u32;
             rodata.kfuncs = config.kfuncs;
             rodata.walk_root_id = root_id;
             if let Some(layout) = config.numa {
@@ -248,11 +257,6 @@ impl Loaded {
             features: bss.features,
             facts: bss.facts,
             memory_nodes: bss.memory_nodes,
-            psi_clock: (bss.features & FEAT_PSI_CLOCK != 0).then_some(PsiClock {
-                now: bss.psi_now,
-                period: bss.psi_period_ns,
-            }),
-            psi_no_clock: bss.psi_no_clock as usize,
         })
     }
 
@@ -334,15 +338,6 @@ fn numa_nodes(config: &LoadConfig) -> usize {
     }
 }
 
-/// The clocks of a pass (FEAT_PSI_CLOCK), for pressure averages.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct PsiClock {
-    /// sched_clock() at the pass, the clock of psi's update times.
-    pub(crate) now: u64,
-    /// The kernel's psi_period, ns (2 s and a jiffy).
-    pub(crate) period: u64,
-}
-
 /// What one pass reports besides the records.
 pub(crate) struct Pass {
     /// Cgroups visited; may exceed the map's capacity.
@@ -353,8 +348,4 @@ pub(crate) struct Pass {
     pub(crate) facts: u64,
     /// The nodes memory.numa_stat prints (N_MEMORY).
     pub(crate) memory_nodes: u64,
-    /// The clocks pressure averages are brought to (FEAT_PSI_CLOCK).
-    pub(crate) psi_clock: Option<PsiClock>,
-    /// Why there is none (PSI_*).
-    pub(crate) psi_no_clock: usize,
 }

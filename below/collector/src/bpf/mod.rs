@@ -5,25 +5,28 @@
 //! allows it, else walks as a cgroup iterator under cgroup_mutex
 //! (`load::Walk`).
 //!
-//! - `cgroup_stats.bpf.c`, `cgroup_stats.h`: the program and the contract
-//!   (record layout and tables; `contract` is its Rust side, generated);
+//! - `cgroup_stats.bpf.c`, `cgroup_stats.h`: below main's program and the
+//!   contract (record layout and tables; `contract` is its Rust side,
+//!   generated);
 //! - `load`: loading one form of the pass, running it, reading the records
 //!   (through the BPF layer, bstats-bpf);
-//! - `cgroup_rank.bpf.c`, `program`: the program a backend runs (the core
-//!   pass, replaced by the fork's top-N program, the same walk
-//!   in pass modes, once a sample ranks; `cgroup_rank.h`);
+//! - `bstats.bpf.c`, `program`: the program a backend runs, the fork's:
+//!   cgroup_stats with pressure (`cgroup_psi.bpf.c`, `cgroup_psi.h`,
+//!   `psi`: the files as read at the pass) and the top-N pass modes
+//!   (`cgroup_rank.h`); below main's alone where it does not load;
 //! - `protocol`: which passes a sample runs (FULL, or RANK then WANTED);
 //! - `probe`: what this kernel allows, per stat file;
 //! - `decode`: a record's fields as below's types; `fill`: a record into
 //!   a `CgroupSample` (the files the plan gives BPF) and its top-N value;
-//! - `kernel`, `psi`: what BTF says of this kernel; pressure at the pass.
+//! - `kernel`: what BTF says of this kernel.
 //!
 //! Shared with below main's series (patches/below/reader carries them
 //! verbatim, `tests/upstream/sync.sh --check`): `cgroup_stats.bpf.c`,
 //! `cgroup_stats.h`, `contract_gen.rs`, `contract.rs`, `decode.rs`,
-//! `kernel.rs`, `load.rs`, `psi.rs` (with their tests) and bstats-bpf's
-//! `layer.rs`: they use nothing of the fork's, and a change to one goes
-//! into the series (`tests/upstream/sync.sh --refresh`).
+//! `kernel.rs`, `load.rs` (with their tests) and bstats-bpf's `layer.rs`:
+//! they use nothing of the fork's, and a change to one goes into the series
+//! (`tests/upstream/sync.sh --refresh`). Pressure is the fork's alone: it
+//! reads scheduler internals below main's program leaves to the files.
 //!
 //! What BPF cannot serve is read as text for that file only: the root's
 //! cpu.stat and pressure from kept fds ([`RootText`]), and files the plan
@@ -61,12 +64,12 @@ use bstats_bpf as layer;
 use self::contract::Record;
 use self::decode::Decoder;
 use self::decode::PrevCputime;
-use self::load::Loaded;
 use self::load::Pass;
 pub(crate) use self::probe::probe;
 use self::program::PassRunner;
 use self::program::Program;
 use self::protocol::Rank;
+use self::protocol::Rows;
 use self::protocol::TreeIndex;
 use crate::read::RootText;
 use crate::read::Walker;
@@ -95,10 +98,10 @@ struct Indexed<'a> {
 }
 
 impl BpfBackend {
-    /// `cgroups`: what the pass `loaded` ran saw; `btf`: as it was loaded.
-    fn new(loaded: Loaded, cgroups: u32, btf: Option<PathBuf>) -> Self {
+    /// `btf`: as `program` was loaded.
+    fn new(program: Program, btf: Option<PathBuf>) -> Self {
         BpfBackend {
-            program: Program::Core { loaded, cgroups },
+            program,
             btf,
             records: Vec::new(),
             root_text: None,
@@ -107,13 +110,16 @@ impl BpfBackend {
     }
 
     /// The HAS_* groups a RANK pass reads to rank by `by`; None when the
-    /// record does not hold the ranked value (the caller ranks the table
-    /// once the text files are in).
-    pub(crate) fn rank_groups(by: TopBy) -> Option<u32> {
+    /// record does not hold the ranked value or the program does not rank
+    /// (the caller ranks the table once the text files are in).
+    pub(crate) fn rank_groups(&self, by: TopBy) -> Option<u32> {
+        if !self.program.ranks() {
+            return None;
+        }
         match by {
             TopBy::Cpu => Some(contract::HAS_BSTAT),
             TopBy::Memory => Some(contract::HAS_MEMCG),
-            TopBy::Pressure => Some(contract::HAS_PSI),
+            TopBy::Pressure => Some(psi::HAS_PSI),
             TopBy::Io => None,
         }
     }
@@ -145,11 +151,12 @@ impl BpfBackend {
         let mut choose;
         let rank = match top {
             Some((ranker, groups)) => {
-                choose = move |ix: &Indexed, records: &[Record], pass: &Pass| {
+                choose = move |ix: &Indexed, rows: Rows, pass: &Pass| {
                     let decoder = Decoder::new(&config, pass);
                     let by = ranker.top.by;
                     crate::top::keep(ranker, ix.table, |j| {
-                        fill::rank_value(&decoder, &records[ix.records[j]], by)
+                        let i = ix.records[j];
+                        fill::rank_value(&decoder, &rows.records[i], rows.pressure.get(i), by)
                     })
                 };
                 Some(Rank {
@@ -179,27 +186,28 @@ impl BpfBackend {
                 .retain(|_| *k.next().expect("a choice per position"));
             table.retain(keep);
         }
-        let mut decoder = Decoder::new(&config, &sampled.pass);
-        if probe::psi_clock_off() {
-            decoder.psi_clock = None;
-        }
-        let loaded = self.program.loaded();
-        let records = loaded.records(sampled.pass.cgroups);
+        let decoder = Decoder::new(&config, &sampled.pass);
+        let psi = self.program.psi();
+        let rows = self.program.rows(sampled.pass.cgroups);
+        let numa = |i| self.program.loaded().numa(i);
         let mut prev = std::mem::take(&mut self.prev_cputime);
         let root_text = &mut self.root_text;
         // Pressure BPF serves, read as text for a cgroup whose record
-        // cannot give what its files print (fill::pressure_exact).
+        // cannot give what its files print (PsiPass::exact).
         let pressure_text = text.union(bpf.iter().filter(|f| f.is_pressure()).collect());
         for (pos, &i) in self.records.iter().enumerate() {
-            let r = &records[i];
+            let r = &rows.records[i];
             let s = table.sample_mut(pos);
-            fill::fill(&decoder, r, loaded.numa(i), bpf, &mut prev, s);
+            let pressure = psi.as_ref().zip(rows.pressure.get(i));
+            fill::fill(&decoder, r, numa(i), pressure, bpf, &mut prev, s);
             let mut row_text = text;
             if r.level == 0 {
                 root_text
                     .get_or_insert_with(|| RootText::open(walker.root_fd(), root_text_files(bpf)))
                     .fill(s, errors);
-            } else if decode::has(r, contract::HAS_PSI) && !fill::pressure_exact(&decoder, r) {
+            } else if pressure
+                .is_some_and(|(p, row)| decode::has(r, psi::HAS_PSI) && !p.exact(r, row))
+            {
                 row_text = pressure_text;
             }
             if bpf.contains(StatFile::CgroupControllers) {

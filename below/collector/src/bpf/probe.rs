@@ -8,9 +8,10 @@ use super::contract::*;
 use super::kernel::swap_files_this_boot;
 use super::kernel::Kernel;
 use super::layer::KernelBtf;
-use super::load::Loaded;
 use super::load::Walk;
-use super::psi;
+use super::program::Program;
+use super::psi::PsiPass;
+use super::psi::FEAT_PSI;
 use super::BpfBackend;
 use crate::plan::Support;
 use crate::FileSet;
@@ -34,13 +35,6 @@ pub(crate) fn probe(root_fd: BorrowedFd) -> Probe {
 /// RCU would run: the benchmark measures both on one kernel.
 const WALK_ENV: &str = "BSTATS_BPF_WALK";
 const LOCKED_BY_ENV: &str = "BSTATS_BPF_WALK=locked";
-
-/// `BSTATS_PSI_CLOCK=off` takes the pass's clock away, as on a kernel
-/// whose kallsyms lacks the scheduler's symbols: the live parity check
-/// runs that path on kernels that have them.
-pub(crate) fn psi_clock_off() -> bool {
-    std::env::var_os("BSTATS_PSI_CLOCK").is_some_and(|v| v == "off")
-}
 
 /// Why the program cannot read through a missing kernel fact.
 fn missing(fact: &Fact) -> NotServed {
@@ -70,8 +64,9 @@ pub(crate) struct Probed {
     pub(crate) features: u32,
     /// The trial pass's KERNEL_FACTS bits.
     pub(crate) facts: u64,
-    /// PSI_NO_*: why the pass has no PSI clock (with FEAT_PSI_CLOCK unset).
-    pub(crate) psi_no_clock: usize,
+    /// What the trial pass found of pressure, or why the program that has
+    /// it did not load.
+    pub(crate) psi: Result<PsiPass, String>,
     /// How the pass walks the tree.
     pub(crate) walk: Walk,
 }
@@ -97,19 +92,17 @@ pub(crate) fn probe_with(root_fd: BorrowedFd, btf: Option<&Path>) -> Probe {
     if std::env::var_os(WALK_ENV).is_some_and(|v| v == "locked") {
         config.rcu_walk = Err(LOCKED_BY_ENV);
     }
-    let mut loaded = match Loaded::first(root_fd, config, btf) {
-        Ok(l) => l,
+    let (mut program, no_fork) = match Program::first(root_fd, config, btf) {
+        Ok(p) => p,
         Err(e) => return fail(format!("cannot load the cgroup iterator: {e:#}")),
     };
-    let (features, facts, psi_no_clock, cgroups) = match loaded.run() {
-        Ok(pass) if psi_clock_off() => (
-            pass.features & !FEAT_PSI_CLOCK,
-            pass.facts,
-            PSI_NO_SYMBOLS,
-            pass.cgroups,
-        ),
-        Ok(pass) => (pass.features, pass.facts, pass.psi_no_clock, pass.cgroups),
+    let pass = match program.run() {
+        Ok(pass) => pass,
         Err(e) => return fail(format!("the cgroup iterator failed: {e:#}")),
+    };
+    let psi = match no_fork {
+        None => Ok(program.psi().expect("the fork's program has pressure")),
+        Some(why) => Err(format!("program bstats did not load: {why}")),
     };
     let found = Probed {
         cpus,
@@ -119,14 +112,14 @@ pub(crate) fn probe_with(root_fd: BorrowedFd, btf: Option<&Path>) -> Probe {
         swap_files: swap_files
             .and_then(|()| swap_files_this_boot(root_fd))
             .map_err(|e| format!("{e:#}")),
-        features,
-        facts,
-        psi_no_clock,
-        walk: loaded.walk().clone(),
+        features: pass.features,
+        facts: pass.facts,
+        psi,
+        walk: program.loaded().walk().clone(),
     };
     Probe {
         capability: Ok(support(&found)),
-        backend: Some(BpfBackend::new(loaded, cgroups, btf.map(Path::to_path_buf))),
+        backend: Some(BpfBackend::new(program, btf.map(Path::to_path_buf))),
     }
 }
 
@@ -139,7 +132,6 @@ pub(crate) fn support(found: &Probed) -> Support {
         has_numa_stat,
         features,
         facts,
-        psi_no_clock,
         ..
     } = found;
     let mut files = FileSet::all();
@@ -219,12 +211,18 @@ pub(crate) fn support(found: &Probed) -> Support {
         StatFile::MemoryPressure,
     ];
     // Without the clock only, BPF still serves the groups whose files need
-    // none (fill::pressure_exact) and the rest are read per cgroup.
-    let psi_gap = psi::left_to_files(features, psi_no_clock).map(|why| match features & FEAT_PSI {
-        0 => NotServed::NoPsi(why),
-        _ => NotServed::PsiNoClock(why),
-    });
-    let no_clock = psi_gap.clone().filter(|_| features & FEAT_PSI != 0);
+    // none (PsiPass::exact) and the rest are read per cgroup.
+    let (psi_gap, no_clock) = match &found.psi {
+        Err(why) => (Some(NotServed::NoPsi(why.clone())), None),
+        Ok(p) => match p.left_to_files() {
+            None => (None, None),
+            Some(why) if p.features & FEAT_PSI == 0 => (Some(NotServed::NoPsi(why)), None),
+            Some(why) => {
+                let why = NotServed::PsiNoClock(why);
+                (Some(why.clone()), Some(why))
+            }
+        },
+    };
     if let (Some(why), None) = (&psi_gap, &no_clock) {
         for f in pressure {
             never(f, why.clone(), &mut files);

@@ -13,6 +13,12 @@ use super::probe::probe_with;
 use super::probe::support;
 use super::probe::Probed;
 use super::psi;
+use super::psi::PsiClock;
+use super::psi::PsiPass;
+use super::psi::FEAT_PSI;
+use super::psi::FEAT_PSI_CLOCK;
+use super::psi::PSI_NO_SYMBOLS;
+use super::psi::PSI_ODD_HZ;
 use crate::plan::BackendChoice;
 use crate::plan::BackendKind;
 use crate::plan::Capability;
@@ -26,6 +32,15 @@ use BackendKind::Bpf;
 use BackendKind::Read;
 use BackendKind::Stream;
 
+/// What a pass found of pressure: FEAT_PSI* bits, why no clock.
+fn psi_with(features: u32, no_clock: usize) -> PsiPass {
+    PsiPass {
+        features,
+        no_clock,
+        clock: (features & FEAT_PSI_CLOCK != 0).then_some(PsiClock { now: 1, period: 1 }),
+    }
+}
+
 /// A kernel with every fact and feature (Debian 7.3 on a small machine).
 fn full() -> Probed {
     Probed {
@@ -34,9 +49,9 @@ fn full() -> Probed {
         has_numa_stat: true,
         numa_layout: Ok(()),
         swap_files: Ok(()),
-        features: FEAT_CPU_FLUSH | FEAT_MEMCG_KFUNCS | FEAT_PSI | FEAT_PSI_CLOCK | FEAT_NUMA,
+        features: FEAT_CPU_FLUSH | FEAT_MEMCG_KFUNCS | FEAT_NUMA,
         facts: (1 << KERNEL_FACTS.len()) - 1,
-        psi_no_clock: 0,
+        psi: Ok(psi_with(FEAT_PSI | FEAT_PSI_CLOCK, 0)),
         walk: Walk::Rcu,
     }
 }
@@ -45,7 +60,7 @@ fn full() -> Probed {
 /// values either.
 fn no_memcg_kfuncs() -> Probed {
     Probed {
-        features: FEAT_CPU_FLUSH | FEAT_PSI | FEAT_PSI_CLOCK,
+        features: FEAT_CPU_FLUSH,
         ..full()
     }
 }
@@ -395,8 +410,7 @@ fn config_and_machine_limits() {
 fn pressure_without_the_clock_or_psi() {
     let pressure = [CpuPressure, IoPressure, MemoryPressure];
     let no_clock = Probed {
-        features: full().features & !FEAT_PSI_CLOCK,
-        psi_no_clock: PSI_NO_SYMBOLS,
+        psi: Ok(psi_with(FEAT_PSI, PSI_NO_SYMBOLS)),
         ..full()
     };
     // BPF for the groups whose files need no clock, text for the others.
@@ -414,7 +428,7 @@ fn pressure_without_the_clock_or_psi() {
         assert!(idle_only(&p, f).contains("CONFIG_KALLSYMS_ALL"));
     }
     let odd_hz = Probed {
-        psi_no_clock: PSI_ODD_HZ,
+        psi: Ok(psi_with(FEAT_PSI, PSI_ODD_HZ)),
         ..no_clock.clone()
     };
     let p = plan(BackendChoice::Auto, Ok(&odd_hz), false);
@@ -426,8 +440,19 @@ fn pressure_without_the_clock_or_psi() {
         ),
         "each code its own reason"
     );
+    // The program with pressure did not load: below main's serves the rest.
+    let no_fork = Probed {
+        psi: Err("program bstats did not load: Permission denied".to_owned()),
+        ..full()
+    };
+    let p = plan(BackendChoice::Auto, Ok(&no_fork), false);
+    let why = NotServed::NoPsi("program bstats did not load: Permission denied".into());
+    for f in pressure {
+        check(&p, &[(f, Read, &[Not(Bpf, why.clone())])]);
+    }
+    all_but(&p, &[IoStat, CpuPressure, IoPressure, MemoryPressure], Bpf);
     let no_psi = Probed {
-        features: full().features & !(FEAT_PSI | FEAT_PSI_CLOCK),
+        psi: Ok(psi_with(0, 0)),
         ..full()
     };
     let p = plan(BackendChoice::Auto, Ok(&no_psi), true);

@@ -18,6 +18,7 @@ use super::load::Pass;
 use super::program::PASS_FULL;
 use super::program::PASS_RANK;
 use super::program::PASS_WANTED;
+use super::psi::PressureRow;
 
 /// Whether a WANTED pass found every wanted record slot still holding the
 /// cgroup wanted there (other passes: [`Slots::Held`]).
@@ -28,14 +29,22 @@ pub(crate) enum Slots {
     Moved,
 }
 
+/// A pass's records and their pressure rows (none: the program has no
+/// pressure).
+#[derive(Clone, Copy)]
+pub(crate) struct Rows<'a> {
+    pub(crate) records: &'a [Record],
+    pub(crate) pressure: &'a [PressureRow],
+}
+
 /// Runs passes and lends their records.
 pub(crate) trait Passes {
     /// One pass of `mode` (PASS_*; `rank_groups`: the HAS_* groups a RANK
     /// pass reads) over every cgroup: the records grow to hold them (the
     /// wanted marks are lost then).
     fn run_all(&mut self, mode: usize, rank_groups: u32) -> Result<(Pass, Slots)>;
-    /// The first `n` records.
-    fn records(&self, n: u32) -> &[Record];
+    /// The first `n` records, and their pressure rows.
+    fn rows(&self, n: u32) -> Rows<'_>;
     /// Per record slot, the id of the cgroup wanted in full there (0: none)
     /// as last set; fewer slots, or none since the records grew.
     fn wanted(&self) -> &[u64];
@@ -59,7 +68,7 @@ pub(crate) struct Sampled {
 }
 
 /// The choice over the visible cgroups of a pass: keep or not, each.
-pub(crate) type Choose<'a, V> = dyn FnMut(&V, &[Record], &Pass) -> Vec<bool> + 'a;
+pub(crate) type Choose<'a, V> = dyn FnMut(&V, Rows<'_>, &Pass) -> Vec<bool> + 'a;
 
 /// How a sample ranks over the records: the HAS_* groups a RANK pass
 /// reads, and the choice.
@@ -76,14 +85,14 @@ pub(crate) fn sample<P: Passes, V: TreeIndex>(
 ) -> Result<Sampled> {
     let Some(rank) = rank else {
         let (pass, _) = p.run_all(PASS_FULL, 0)?;
-        view.index(p.records(pass.cgroups));
+        view.index(p.rows(pass.cgroups).records);
         return Ok(Sampled { pass, keep: None });
     };
     let (mut pass, _) = p.run_all(PASS_RANK, rank.groups)?;
     let n = pass.cgroups;
-    view.index(p.records(n));
-    let mut keep = (rank.choose)(view, p.records(n), &pass);
-    let records = p.records(n);
+    view.index(p.rows(n).records);
+    let mut keep = (rank.choose)(view, p.rows(n), &pass);
+    let records = p.rows(n).records;
     let mut wanted = vec![0; records.len()];
     for (&i, _) in (view.visible().iter().zip(&keep)).filter(|&(_, &k)| k) {
         wanted[i] = records[i].id;
@@ -105,7 +114,7 @@ pub(crate) fn sample<P: Passes, V: TreeIndex>(
     (pass, slots) = p.run_all(PASS_WANTED, 0)?;
     if slots == Slots::Moved || pass.cgroups != n {
         (pass, _) = p.run_all(PASS_FULL, 0)?;
-        let records = p.records(pass.cgroups);
+        let records = p.rows(pass.cgroups).records;
         view.index(records);
         keep = (view.visible().iter())
             .map(|&i| kept.contains(&records[i].id))

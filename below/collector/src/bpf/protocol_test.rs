@@ -1,5 +1,5 @@
 //! The pass protocol against a model of the program's pass modes (what
-//! cgroup_rank() does with `wanted`, `moved` and the map's capacity), with
+//! visit_bstats() does with `wanted`, `moved` and the map's capacity), with
 //! a tree that may change between two passes of one sample.
 
 use super::*;
@@ -84,10 +84,14 @@ impl Model {
             features: 0,
             facts: 0,
             memory_nodes: 0,
-            psi_clock: None,
-            psi_no_clock: 0,
         };
         (pass, moved)
+    }
+}
+
+impl Model {
+    fn records(&self, n: u32) -> &[Record] {
+        &self.records[..(n as usize).min(self.records.len())]
     }
 }
 
@@ -106,8 +110,11 @@ impl Passes for Model {
         }
     }
 
-    fn records(&self, n: u32) -> &[Record] {
-        &self.records[..(n as usize).min(self.records.len())]
+    fn rows(&self, n: u32) -> Rows<'_> {
+        Rows {
+            records: self.records(n),
+            pressure: &[],
+        }
     }
 
     fn wanted(&self) -> &[u64] {
@@ -147,8 +154,8 @@ fn tree(n: u64) -> Vec<Cgroup> {
 }
 
 /// Keeps the `top` highest ranked values (the root always).
-fn top(n: usize) -> impl FnMut(&All, &[Record], &Pass) -> Vec<bool> {
-    move |view, records, _| {
+fn top(n: usize) -> impl FnMut(&All, Rows<'_>, &Pass) -> Vec<bool> {
+    move |view, Rows { records, .. }, _| {
         let mut by_value: Vec<usize> = (0..view.0.len()).collect();
         by_value.sort_by_key(|&j| std::cmp::Reverse(records[view.0[j]].usage_ns));
         let mut keep = vec![false; view.0.len()];

@@ -1,35 +1,191 @@
-// Copyright (c) Facebook, Inc. and its affiliates.
-//
-// Licensed under the Apache License, Version 2.0 (the "License");
-// you may not use this file except in compliance with the License.
-// You may obtain a copy of the License at
-//
-//     http://www.apache.org/licenses/LICENSE-2.0
-//
-// Unless required by applicable law or agreed to in writing, software
-// distributed under the License is distributed on an "AS IS" BASIS,
-// WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
-// See the License for the specific language governing permissions and
-// limitations under the License.
-
-//! Pressure averages as a read of the file would print them at the pass.
+//! Pressure from BPF, the fork's own (cgroup_psi.h, cgroup_psi.bpf.c):
+//! the program writes each cgroup's pressure into its row of map
+//! `pressure`, and here are the files as a read would print them at the
+//! pass.
 //!
 //! psi_show() first folds the per-CPU buckets into the group's totals
-//! (the BPF program adds that sum to the record's totals) and then, once
+//! (the BPF program adds that sum to the row's totals) and then, once
 //! the group's next update is due, runs update_averages(). The kernel's
 //! averaging work stops while a group is idle, so an idle group's stored
 //! averages are those of the moment it went idle; only a read decays
-//! them. Here is the same update on the record, integer for integer
+//! them. Here is the same update on the row, integer for integer
 //! (kernel/sched/psi.c, kernel/sched/loadavg.c), stateless: the kernel's
 //! state is left as it was, as if the file had been read at `now`.
 
-use super::contract::*;
-use super::load::PsiClock;
+use cgroupfs::CpuPressure;
+use cgroupfs::IoPressure;
+use cgroupfs::MemoryPressure;
+use cgroupfs::Pressure;
+use cgroupfs::PressureMetrics;
+
+use super::contract::Record;
+use super::decode::has;
+pub(crate) use super::program::skel::types::pressure as PressureRow;
+
+/// Per entry, a `u32` bit in list order (`enum psi_feat_flag` of C).
+macro_rules! psi_feat_flags {
+    ($(($flag:ident))*) => {
+        #[allow(non_camel_case_types, clippy::upper_case_acronyms)]
+        enum FeatPos { $($flag,)* }
+        $(pub(crate) const $flag: u32 = 1 << FeatPos::$flag as u32;)*
+        #[cfg(test)]
+        pub(crate) const PSI_FEAT_FLAGS: &[(&str, u32)] = &[$((stringify!($flag), $flag),)*];
+    };
+}
+
+/// Pressure rows: `pressure.*[]` (`enum psi_row`), as named fields.
+macro_rules! psi_rows {
+    ($(($row:ident, $state:ident))*) => {
+        mod rows {
+            #[allow(non_camel_case_types)]
+            pub(crate) enum Pos { $($row,)* }
+        }
+
+        pub(crate) struct PsiRows<T> {
+            $(pub(crate) $row: T,)*
+        }
+
+        impl<T> PsiRows<T> {
+            /// Each row from its index in a pressure row's arrays.
+            pub(crate) fn from_fn(mut f: impl FnMut(usize) -> T) -> Self {
+                PsiRows { $($row: f(rows::Pos::$row as usize),)* }
+            }
+        }
+
+        #[cfg(test)]
+        pub(crate) const PSI_ROWS: &[&str] = &[$(stringify!($row),)*];
+    };
+}
+
+// PSI_ROWS, PSI_FEAT_FLAGS, PSI_NO_*, HAS_PSI*_BIT: build.rs from cgroup_psi.h.
+include!(concat!(env!("OUT_DIR"), "/psi_contract.rs"));
+
+/// The record's flag: its pressure row is written.
+pub(crate) const HAS_PSI: u32 = 1 << HAS_PSI_BIT;
+/// The record's flag: the group's aggregation was queued, its per-CPU
+/// buckets summed into the row.
+pub(crate) const HAS_PSI_QUEUED: u32 = 1 << HAS_PSI_QUEUED_BIT;
+
+/// The clocks of a pass (FEAT_PSI_CLOCK), for pressure averages.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct PsiClock {
+    /// sched_clock() at the pass, the clock of psi's update times.
+    pub(crate) now: u64,
+    /// The kernel's psi_period, ns (2 s and a jiffy).
+    pub(crate) period: u64,
+}
+
+/// What a pass found of pressure (its `.data.psi`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct PsiPass {
+    /// FEAT_PSI* bits.
+    pub(crate) features: u32,
+    /// Why the pass has no clock (PSI_NO_*; 0: it has one).
+    pub(crate) no_clock: usize,
+    /// The clocks averages are brought to (FEAT_PSI_CLOCK).
+    pub(crate) clock: Option<PsiClock>,
+}
+
+impl PsiPass {
+    /// As the pass had it, without its clock when `BSTATS_PSI_CLOCK=off`.
+    pub(crate) fn new(features: u32, no_clock: u32, now: u64, period: u64) -> Self {
+        let pass = PsiPass {
+            features,
+            no_clock: no_clock as usize,
+            clock: (features & FEAT_PSI_CLOCK != 0).then_some(PsiClock { now, period }),
+        };
+        if clock_off() {
+            pass.without_clock()
+        } else {
+            pass
+        }
+    }
+
+    /// As on a kernel whose kallsyms lacks the scheduler's symbols.
+    pub(crate) fn without_clock(self) -> Self {
+        PsiPass {
+            features: self.features & !FEAT_PSI_CLOCK,
+            no_clock: PSI_NO_SYMBOLS,
+            clock: None,
+        }
+    }
+
+    /// The pressure files as a read at the pass would print them (the
+    /// averages as stored when the pass has no clock: callers read the
+    /// files then, see [`PsiPass::exact`]).
+    pub(crate) fn pressure(&self, p: &PressureRow) -> Pressure {
+        let mut avg = p.avg;
+        if let Some(clock) = self.clock {
+            update_averages(p, clock, &mut avg);
+        }
+        let rows = PsiRows::from_fn(|i| PressureMetrics {
+            avg10: Some(load_avg(avg[i][0])),
+            avg60: Some(load_avg(avg[i][1])),
+            avg300: Some(load_avg(avg[i][2])),
+            total: Some(p.total_ns[i] / 1000),
+        });
+        Pressure {
+            cpu: CpuPressure {
+                some: rows.cpu_some,
+                full: Some(rows.cpu_full),
+            },
+            io: IoPressure {
+                some: rows.io_some,
+                full: rows.io_full,
+            },
+            memory: MemoryPressure {
+                some: rows.memory_some,
+                full: rows.memory_full,
+            },
+        }
+    }
+
+    /// Whether `r`'s pressure (row `p`) is what its files print: always
+    /// with the pass's clock. Without it, only when no aggregation is
+    /// queued (every per-CPU bucket idle and in the totals) and every
+    /// average is 0 with a stall since the last update too short to move
+    /// one: update_averages() takes `time * 100 / period` whole percents,
+    /// and its period is at least next_update - last_update. The others
+    /// are read as text.
+    pub(crate) fn exact(&self, r: &Record, p: &PressureRow) -> bool {
+        if self.clock.is_some() {
+            return true;
+        }
+        let (last, next) = (p.avg_last_update, p.avg_next_update);
+        if has(r, HAS_PSI_QUEUED) || next < last {
+            return false;
+        }
+        p.avg.iter().enumerate().all(|(i, avg)| {
+            let stall = p.total_ns[i].wrapping_sub(p.avg_total_ns[i]) as u32 as u64;
+            *avg == [0; 3] && (stall == 0 || stall * 100 < next - last)
+        })
+    }
+
+    /// Why pressure is left to the files, for the log; None when BPF
+    /// serves it. Without the clock an idle group's averages stay where
+    /// they were when it went idle: no stale values, text instead.
+    pub(crate) fn left_to_files(&self) -> Option<String> {
+        left_to_files(self.features, self.no_clock)
+    }
+}
+
+/// `BSTATS_PSI_CLOCK=off` takes the pass's clock away, as on a kernel
+/// whose kallsyms lacks the scheduler's symbols: the live parity check
+/// runs that path on kernels that have them.
+fn clock_off() -> bool {
+    std::env::var_os("BSTATS_PSI_CLOCK").is_some_and(|v| v == "off")
+}
+
+/// A psi average (11 fraction bits) as the text prints it, "%lu.%02lu",
+/// then parsed: an exact decimal divided once rounds like the parser.
+pub(crate) fn load_avg(v: u64) -> f64 {
+    let int = v >> 11;
+    let frac = ((v & 2047) * 100) >> 11;
+    (int * 100 + frac) as f64 / 100.0
+}
 
 /// Why pressure is left to the files after a pass with `features`
-/// (FEAT_*) and `no_clock` (`Pass::psi_no_clock`), for the log; None when
-/// BPF serves it. Without the clock an idle group's averages stay where
-/// they were when it went idle: no stale values, text instead.
+/// (FEAT_PSI*) and `no_clock` (PSI_NO_*); see [`PsiPass::left_to_files`].
 pub(crate) fn left_to_files(features: u32, no_clock: usize) -> Option<String> {
     if features & FEAT_PSI == 0 {
         Some("kernel has no cgroup PSI (CONFIG_PSI) or an unknown psi_group layout".to_owned())
@@ -43,7 +199,7 @@ pub(crate) fn left_to_files(features: u32, no_clock: usize) -> Option<String> {
     }
 }
 
-/// Why a pass has no clock (PSI_* of cgroup_stats.h).
+/// Why a pass has no clock (PSI_NO_* of cgroup_psi.h).
 fn no_clock_reason(code: usize) -> &'static str {
     match code {
         PSI_NO_SYMBOLS => {
@@ -111,14 +267,14 @@ fn calc_avgs(avg: &mut [u64; 3], missed: u32, time: u64, period: u64) {
     }
 }
 
-/// Brings `avg` (the record's averages, a row per pressure row) to what
+/// Brings `avg` (the row's averages, one per pressure row) to what
 /// psi_show() would leave at `clock.now`: unchanged before the group's
-/// next update is due, else update_averages() over the record's totals.
-pub(crate) fn update_averages(r: &Record, clock: PsiClock, avg: &mut [[u64; 3]]) {
+/// next update is due, else update_averages() over the row's totals.
+pub(crate) fn update_averages(r: &PressureRow, clock: PsiClock, avg: &mut [[u64; 3]]) {
     let (now, next, last, p) = (
         clock.now,
-        r.psi_avg_next_update,
-        r.psi_avg_last_update,
+        r.avg_next_update,
+        r.avg_last_update,
         clock.period,
     );
     if now < next || p == 0 {
@@ -132,7 +288,7 @@ pub(crate) fn update_averages(r: &Record, clock: PsiClock, avg: &mut [[u64; 3]])
     for (i, a) in avg.iter_mut().enumerate() {
         // A u32 in the kernel; stall time past the period counts in the
         // next one.
-        let sample = r.psi_total_ns[i].wrapping_sub(r.psi_avg_total_ns[i]) as u32 as u64;
+        let sample = r.total_ns[i].wrapping_sub(r.avg_total_ns[i]) as u32 as u64;
         // calc_avgs() takes missed periods as an int.
         calc_avgs(a, missed as u32, sample.min(period), period);
     }

@@ -19,8 +19,6 @@
 
 use std::collections::BTreeSet;
 
-use cgroupfs::PressureMetrics;
-
 use super::*;
 use crate::MemoryStat;
 
@@ -37,7 +35,6 @@ pub(crate) fn decoder() -> Decoder {
         numa: Some(numa),
         page_size: PAGE,
         memory_nodes: 0b01,
-        psi_clock: None,
     }
 }
 
@@ -53,14 +50,7 @@ pub(crate) fn full() -> Record {
         id: 42,
         parent_id: 1,
         level: 1,
-        flags: HAS_MEMCG
-            | HAS_MEMSTAT
-            | HAS_CPU
-            | HAS_PIDS
-            | HAS_CPUSET
-            | HAS_PSI
-            | HAS_BSTAT
-            | HAS_NUMA,
+        flags: HAS_MEMCG | HAS_MEMSTAT | HAS_CPU | HAS_PIDS | HAS_CPUSET | HAS_BSTAT | HAS_NUMA,
         controllers: 0b1010,
         subtree_control: 0b10,
         nr_descendants: 3,
@@ -94,10 +84,6 @@ pub(crate) fn full() -> Record {
     r.cpus_effective[0] = 0b1;
     r.memstat = std::array::from_fn(|i| 100 + i as u64);
     r.memstat[slot(MEMSTAT_KEYS, "zswap")] = ABSENT;
-    for (i, row) in r.psi_avg.iter_mut().enumerate() {
-        *row = [2048 * i as u64, 1024, 0];
-        r.psi_total_ns[i] = 1000 * i as u64;
-    }
     r
 }
 
@@ -141,22 +127,6 @@ fn full_record_decodes_in_the_files_units() {
     assert_eq!(cpu_weight(r.weight), 100);
     let max = cpu_max(&r).expect("cpu.max");
     assert_eq!((max.max_usec, max.period_usec), (50_000, 100_000));
-
-    // Rows in PSI_ROWS order: io some/full, memory some/full, cpu some/full.
-    let p = d.pressure(&r);
-    let row = |m: &PressureMetrics| {
-        (
-            m.avg10.expect("avg10"),
-            m.avg60.expect("avg60"),
-            m.total.expect("total"),
-        )
-    };
-    assert_eq!(row(&p.io.some), (0.0, 0.5, 0));
-    assert_eq!(row(&p.io.full), (1.0, 0.5, 1));
-    assert_eq!(row(&p.memory.some), (2.0, 0.5, 2));
-    assert_eq!(row(&p.memory.full), (3.0, 0.5, 3));
-    assert_eq!(row(&p.cpu.some), (4.0, 0.5, 4));
-    assert_eq!(row(p.cpu.full.as_ref().expect("cpu full")), (5.0, 0.5, 5));
 
     assert_eq!(pids_max(&r), 100);
     assert_eq!(d.cpus(&r.cpus).cpus, set(&[0, 1])); // bit 4 >= nr_cpu_ids
@@ -256,11 +226,6 @@ fn names_keep_bytes_that_are_not_utf8() {
 fn converts_kernel_encodings() {
     assert_eq!(cpu_weight(1024 << 10), 100);
     assert_eq!(cpu_weight(10240 << 10), 1000);
-    assert_eq!(load_avg(2048 + 1024), 1.5);
-    assert_eq!(
-        load_avg(2048 * 3 + 2047),
-        "3.99".parse::<f64>().expect("a float")
-    );
     assert_eq!(bits(&[0b101, 1], 128), BTreeSet::from([0, 2, 64]));
     assert_eq!(bits(&[0b101, 1], 2), BTreeSet::from([0]));
     assert_eq!(

@@ -1,27 +1,11 @@
-// Copyright (c) Facebook, Inc. and its affiliates.
-//
-// Licensed under the Apache License, Version 2.0 (the "License");
-// you may not use this file except in compliance with the License.
-// You may obtain a copy of the License at
-//
-//     http://www.apache.org/licenses/LICENSE-2.0
-//
-// Unless required by applicable law or agreed to in writing, software
-// distributed under the License is distributed on an "AS IS" BASIS,
-// WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
-// See the License for the specific language governing permissions and
-// limitations under the License.
-
-//! update_averages() on synthetic records. The expected values were
+//! update_averages() on synthetic rows. The expected values were
 //! worked out apart from this code, from the kernel's formulas
 //! (psi.c update_averages()/calc_avgs(), loadavg.c calc_load()/
 //! calc_load_n()/fixed_power_int()), in a few lines of Python that model
 //! the C integers: idle for many periods, due exactly now, active with
 //! the work late, a sample over the period, a sample past u32, not due.
 
-use super::super::contract::PSI_ROWS;
-use super::super::decode::load_avg;
-use super::super::decode::tests::decoder;
+use super::super::contract::HAS_FLAGS;
 use super::super::decode::tests::full;
 use super::super::decode::tests::slot;
 use super::*;
@@ -34,22 +18,34 @@ const NEXT: u64 = LAST + PERIOD;
 const STORED: [u64; 3] = [110_961, 29_921, 7_168];
 const AVG_TOTAL: u64 = 5_000_000_000;
 
-/// A record whose every row holds STORED, `total` ns of stall and
+/// A cgroup whose every row holds STORED, `total` ns of stall and
 /// AVG_TOTAL already averaged, last updated at LAST.
-fn record(total: u64) -> Record {
-    let mut r = full();
-    r.psi_avg = [STORED; PSI_ROWS.len()];
-    r.psi_total_ns = [total; PSI_ROWS.len()];
-    r.psi_avg_total_ns = [AVG_TOTAL; PSI_ROWS.len()];
-    r.psi_avg_last_update = LAST;
-    r.psi_avg_next_update = NEXT;
-    r
+fn row(total: u64) -> PressureRow {
+    PressureRow {
+        avg: [STORED; PSI_ROWS.len()],
+        total_ns: [total; PSI_ROWS.len()],
+        avg_total_ns: [AVG_TOTAL; PSI_ROWS.len()],
+        avg_last_update: LAST,
+        avg_next_update: NEXT,
+    }
+}
+
+/// A pass with the clock at `now`.
+fn clocked(now: u64) -> PsiPass {
+    PsiPass {
+        features: FEAT_PSI | FEAT_PSI_CLOCK,
+        no_clock: 0,
+        clock: Some(PsiClock {
+            now,
+            period: PERIOD,
+        }),
+    }
 }
 
 /// memory some's averages as read at `now`.
 fn at(now: u64, total: u64) -> [u64; 3] {
-    let r = record(total);
-    let mut avg = r.psi_avg;
+    let r = row(total);
+    let mut avg = r.avg;
     update_averages(
         &r,
         PsiClock {
@@ -75,7 +71,7 @@ fn kernel_arithmetic() {
 
 #[test]
 fn idle_group_decays_over_missed_periods() {
-    // The case: pressure stopped, no reads, 40 s later. 18 whole
+    // Pressure stopped, no reads, 40 s later. 18 whole
     // periods missed past the due time, then the last, 3.928 s long,
     // with no stall.
     assert_eq!(at(LAST + 40_000_000_000, AVG_TOTAL), [2_484, 15_911, 6_287]);
@@ -115,21 +111,16 @@ fn sample_is_a_u32_like_the_kernels() {
 
 #[test]
 fn decoded_as_the_file_prints_them() {
-    let mut d = decoder();
-    let r = record(AVG_TOTAL);
-    d.psi_clock = Some(PsiClock {
-        now: LAST + 40_000_000_000,
-        period: PERIOD,
-    });
-    let m = d.pressure(&r).memory.some;
+    let r = row(AVG_TOTAL);
+    let pass = clocked(LAST + 40_000_000_000);
+    let m = pass.pressure(&r).memory.some;
     assert_eq!(
         (m.avg10, m.avg60, m.avg300),
         (Some(1.21), Some(7.76), Some(3.06))
     );
     assert_eq!(m.total, Some(AVG_TOTAL / 1000));
     // Without a clock (callers read the files then): as stored.
-    d.psi_clock = None;
-    let m = d.pressure(&r).memory.some;
+    let m = pass.without_clock().pressure(&r).memory.some;
     assert_eq!(m.avg10, Some(load_avg(STORED[0])));
     assert_eq!(m.avg60, Some(14.60));
 }
@@ -141,4 +132,106 @@ fn every_no_clock_code_has_its_own_reason() {
         codes.iter().map(|&c| no_clock_reason(c)).collect();
     assert_eq!(reasons.len(), codes.len(), "{reasons:?}");
     assert!(!reasons.contains(no_clock_reason(0)));
+}
+
+#[test]
+fn rows_decode_in_their_order() {
+    // Rows in PSI_ROWS order: io some/full, memory some/full, cpu some/full.
+    let mut r = row(0);
+    for (i, avg) in r.avg.iter_mut().enumerate() {
+        *avg = [2048 * i as u64, 1024, 0];
+        r.total_ns[i] = 1000 * i as u64;
+    }
+    let p = clocked(0).pressure(&r);
+    let row = |m: &PressureMetrics| {
+        (
+            m.avg10.expect("avg10"),
+            m.avg60.expect("avg60"),
+            m.total.expect("total"),
+        )
+    };
+    assert_eq!(row(&p.io.some), (0.0, 0.5, 0));
+    assert_eq!(row(&p.io.full), (1.0, 0.5, 1));
+    assert_eq!(row(&p.memory.some), (2.0, 0.5, 2));
+    assert_eq!(row(&p.memory.full), (3.0, 0.5, 3));
+    assert_eq!(row(&p.cpu.some), (4.0, 0.5, 4));
+    assert_eq!(row(p.cpu.full.as_ref().expect("cpu full")), (5.0, 0.5, 5));
+}
+
+#[test]
+fn averages_print_like_the_file() {
+    assert_eq!(load_avg(2048 + 1024), 1.5);
+    assert_eq!(
+        load_avg(2048 * 3 + 2047),
+        "3.99".parse::<f64>().expect("a float")
+    );
+}
+
+/// Without the pass's clock, pressure comes from a row only where its
+/// files print nothing a clock would change.
+#[test]
+fn without_the_clock_only_where_no_clock_matters() {
+    let mut r = full();
+    r.flags |= HAS_PSI;
+    let mut p = row(AVG_TOTAL);
+    p.avg = Default::default();
+    p.avg_last_update = 10_000_000_000;
+    p.avg_next_update = 12_000_000_000;
+    let pass = clocked(11_000_000_000);
+    assert!(pass.exact(&r, &p), "with the clock");
+    let pass = pass.without_clock();
+    assert!(
+        pass.exact(&r, &p),
+        "idle, averages 0, nothing since the last update"
+    );
+    // 19 ms of stall in a period of at least 2 s: under 1%, no average moves.
+    p.total_ns[1] += 19_000_000;
+    assert!(pass.exact(&r, &p));
+    p.total_ns[1] += 1_000_000;
+    assert!(
+        !pass.exact(&r, &p),
+        "1% of the shortest period: an average may move"
+    );
+    p.total_ns[1] = p.avg_total_ns[1];
+    p.avg[2][2] = 1;
+    assert!(!pass.exact(&r, &p), "an average to decay");
+    p.avg[2][2] = 0;
+    r.flags |= HAS_PSI_QUEUED;
+    assert!(!pass.exact(&r, &p), "per-CPU buckets not in the totals");
+    r.flags &= !HAS_PSI_QUEUED;
+    p.avg_next_update = p.avg_last_update - 1;
+    assert!(!pass.exact(&r, &p), "update times out of order");
+}
+
+/// The enums C compiled into the fork's object against these tables, and
+/// the record's flags: cgroup_stats.h's below the pressure bits.
+#[test]
+fn contract_agrees() {
+    use super::super::contract::tests::enum_in;
+    use super::super::program::OBJECT;
+    let indexed: Vec<(String, i64)> = (0..)
+        .zip(PSI_ROWS)
+        .map(|(i, r)| (format!("PSI_ROW_{r}"), i))
+        .chain([("NR_PSI_ROWS".to_owned(), PSI_ROWS.len() as i64)])
+        .collect();
+    assert_eq!(enum_in(OBJECT, "psi_row"), indexed);
+    let flags: Vec<(String, i64)> = PSI_FEAT_FLAGS
+        .iter()
+        .map(|&(n, v)| (n.to_owned(), v.into()))
+        .collect();
+    assert_eq!(enum_in(OBJECT, "psi_feat_flag"), flags);
+    assert_eq!(
+        enum_in(OBJECT, "psi_has"),
+        [
+            ("HAS_PSI".to_owned(), HAS_PSI.into()),
+            ("HAS_PSI_QUEUED".to_owned(), HAS_PSI_QUEUED.into())
+        ]
+    );
+    let r = PressureRow::default();
+    assert_eq!(
+        (r.total_ns.len(), r.avg.len()),
+        (PSI_ROWS.len(), PSI_ROWS.len())
+    );
+    let low = HAS_FLAGS.iter().fold(0, |m, &(_, bit)| m | bit);
+    assert!(low < HAS_PSI, "HAS_FLAGS reach the pressure bits");
 }

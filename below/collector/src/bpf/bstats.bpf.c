@@ -1,12 +1,14 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * cgroup_stats.bpf.c, the program below main carries, and the fork's own:
- * cgroup_rank, the same walk in the pass modes of cgroup_rank.h, so a
- * sample ranked by a value the record holds reads the rest of the record
- * only for the cgroups it keeps. The loader loads one form of cgroup_rank
- * alone (one verification); all share the maps and globals of cgroup_stats.
+ * The fork's program: cgroup_stats.bpf.c, the program below main carries,
+ * plus pressure (cgroup_psi.bpf.c) and the pass modes of cgroup_rank.h, so
+ * a sample ranked by a value the record holds reads the rest of the record
+ * only for the cgroups it keeps. The loader loads one form of its pass,
+ * `bstats` (one verification); all share the maps and globals of
+ * cgroup_stats.
  */
 #include "cgroup_stats.bpf.c"
+#include "cgroup_psi.bpf.c"
 #include "cgroup_rank.h"
 
 /* Per record slot, the id of the cgroup user space wants in full there (0:
@@ -28,7 +30,7 @@ __u32 moved SEC(".data.rank");
 
 /* The ranked value only (RANK pass) of the cgroup at `visit_cgroup`: no
  * other field of the group. Global: checked once (see fill_groups). */
-__noinline int fill_rank(struct record *r)
+__noinline int fill_rank(struct record *r, __u32 idx)
 {
 	struct cgroup *cgrp = (void *)visit_cgroup;
 	struct mem_cgroup___local *memcg;
@@ -46,17 +48,26 @@ __noinline int fill_rank(struct record *r)
 		r->flags |= HAS_MEMCG;
 	}
 	if (rank_groups & HAS_PSI)
-		fill_psi(r, cgrp);
+		fill_pressure(r, idx);
 	return 0;
 }
 
-static __always_inline void start_rank(void)
+/* Every group of the record, and its pressure. */
+static __always_inline void fill_all(struct record *r, __u32 idx, struct cgroup *cgrp,
+				     struct cgroup_subsys_state *css)
+{
+	fill_record(r, idx, cgrp, css);
+	fill_pressure(r, idx);
+}
+
+static __always_inline void start_bstats(void)
 {
 	moved = 0;
+	start_pressure();
 }
 
 /* One cgroup in the pass mode. */
-static __noinline int visit_rank(struct cgroup *cgrp, struct cgroup_subsys_state *css)
+static __noinline int visit_bstats(struct cgroup *cgrp, struct cgroup_subsys_state *css)
 {
 	struct record *r;
 	__u64 id, *w;
@@ -67,7 +78,7 @@ static __noinline int visit_rank(struct cgroup *cgrp, struct cgroup_subsys_state
 	if (!r)
 		return 0;
 	if (pass_mode == PASS_FULL) {
-		fill_record(r, idx, cgrp, css);
+		fill_all(r, idx, cgrp, css);
 		return 0;
 	}
 	id = BPF_CORE_READ(cgrp, kn, id);
@@ -77,11 +88,11 @@ static __noinline int visit_rank(struct cgroup *cgrp, struct cgroup_subsys_state
 		if (w && *w && !want)
 			moved = 1;
 		if (want)
-			fill_record(r, idx, cgrp, css);
+			fill_all(r, idx, cgrp, css);
 		return 0;
 	}
 	if (want) {
-		fill_record(r, idx, cgrp, css);
+		fill_all(r, idx, cgrp, css);
 		return 0;
 	}
 	r->flags = 0;
@@ -89,8 +100,8 @@ static __noinline int visit_rank(struct cgroup *cgrp, struct cgroup_subsys_state
 	if (r->id != id)
 		fill_place(r, cgrp);
 	visit_cgroup = (__u64)cgrp;
-	fill_rank(r);
+	fill_rank(r, idx);
 	return 0;
 }
 
-CGROUP_PASS(cgroup_rank, start_rank, visit_rank)
+CGROUP_PASS(bstats, start_bstats, visit_bstats)
