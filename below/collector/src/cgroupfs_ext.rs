@@ -47,7 +47,7 @@ macro_rules! with_keys {
 
 with_keys! {
     /// memory.stat.
-    MemoryStat { swapcached, file_thp, shmem_thp }
+    MemoryStat { swapcached, file_thp, shmem_thp, hugetlb }
 }
 with_keys! {
     /// memory.events.

@@ -10,24 +10,40 @@ use anyhow::Result;
 /// The first cgroup2 mount point in `/proc/self/mountinfo` (hybrid hosts
 /// have it at /sys/fs/cgroup/unified, unified ones at /sys/fs/cgroup).
 pub fn find_cgroup2_mount() -> Result<PathBuf> {
-    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo")
-        .context("Failed to read /proc/self/mountinfo")?;
-    match cgroup2_mount_in(&mountinfo) {
+    match cgroup2_mount_in(&mountinfo()?) {
         Some(p) => Ok(p),
         None => bail!("No cgroup2 filesystem is mounted (none in /proc/self/mountinfo)"),
     }
 }
 
+/// Whether that mount accounts hugetlb to memcg (`memory_hugetlb_accounting`:
+/// memory.stat then prints hugetlb); false when it cannot tell.
+pub(crate) fn hugetlb_accounting() -> bool {
+    mountinfo().is_ok_and(|mi| {
+        cgroup2_in(&mi)
+            .is_some_and(|(_, opts)| opts.split(',').any(|o| o == "memory_hugetlb_accounting"))
+    })
+}
+
+fn mountinfo() -> Result<String> {
+    std::fs::read_to_string("/proc/self/mountinfo").context("Failed to read /proc/self/mountinfo")
+}
+
 fn cgroup2_mount_in(mountinfo: &str) -> Option<PathBuf> {
+    cgroup2_in(mountinfo).map(|(point, _)| PathBuf::from(unescape_octal(point)))
+}
+
+/// The first cgroup2 line's mount point (escaped) and superblock options.
+fn cgroup2_in(mountinfo: &str) -> Option<(&str, &str)> {
     mountinfo.lines().find_map(|line| {
-        // "<id> <parent> <maj:min> <root> <mount point> <opts> [tags] - <fstype> …"
+        // "<id> <parent> <maj:min> <root> <mount point> <opts> [tags] - <fstype> <source> <super opts>"
         let (head, tail) = line.split_once(" - ")?;
-        if tail.split_ascii_whitespace().next()? != "cgroup2" {
+        let mut tail = tail.split_ascii_whitespace();
+        if tail.next()? != "cgroup2" {
             return None;
         }
-        head.split_ascii_whitespace()
-            .nth(4)
-            .map(|p| PathBuf::from(unescape_octal(p)))
+        let point = head.split_ascii_whitespace().nth(4)?;
+        Some((point, tail.nth(1).unwrap_or("")))
     })
 }
 
@@ -78,6 +94,18 @@ mod test {
         assert_eq!(
             cgroup2_mount_in(mi),
             Some(PathBuf::from("/sys/fs/cgroup/unified"))
+        );
+    }
+
+    #[test]
+    fn hugetlb_accounting_from_the_superblock_options() {
+        let with = "32 31 0:27 / /sys/fs/cgroup rw shared:10 - cgroup2 cgroup2 rw,nsdelegate,memory_hugetlb_accounting\n";
+        let opts = |mi| cgroup2_in(mi).map(|(_, o)| o);
+        assert_eq!(opts(with), Some("rw,nsdelegate,memory_hugetlb_accounting"));
+        assert_eq!(
+            opts("1 2 0:1 / /x rw,memory_hugetlb_accounting - cgroup2 none rw\n"),
+            Some("rw"),
+            "the mount's own options are not the superblock's"
         );
     }
 

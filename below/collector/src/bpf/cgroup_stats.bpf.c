@@ -87,6 +87,8 @@ const volatile __u32 cpumask_bytes = 8;
 /* KF_* bits; constant at load, so the verifier drops calls to kfuncs this
  * kernel lacks (libbpf poisons them). */
 const volatile __u32 kfuncs;
+/* Whether memory.stat prints hugetlb (the mount's memory_hugetlb_accounting). */
+const volatile __u32 hugetlb_accounting;
 /* The walk root's cgroup id (the RCU walk finds it by id). */
 const volatile __u64 walk_root_id;
 /* Node ids memory.numa_stat reads (0: not served) and where each of its
@@ -519,6 +521,9 @@ static __always_inline void fill_memcg(struct record *r, __u32 idx, struct cgrou
 			? (expr)                                                       \
 			: ABSENT;                                                      \
 	})
+
+/* `expr` where memory.stat prints hugetlb, else ABSENT (see MEMSTAT_KEYS). */
+#define IF_HUGETLB(expr) (hugetlb_accounting ? (expr) : ABSENT)
 
 /* A sum as the kernel prints it: parts it lacks count as zero; ABSENT
  * only when it has none. */

@@ -148,7 +148,9 @@ enum fact_bit { KERNEL_FACTS(FACT_ENUM) NR_FACTS };
  * absent unless enum vm_event_item has EVENT. memory.stat prints the zswap
  * and THP keys only with CONFIG_ZSWAP and CONFIG_TRANSPARENT_HUGEPAGE, but
  * their items are in the enums without them; ZSWPOUT and THP_FAULT_ALLOC
- * are under the same #ifdefs. */
+ * are under the same #ifdefs. IF_HUGETLB(expr): absent unless the cgroup2
+ * mount accounts hugetlb to memcg (memory_hugetlb_accounting, which user
+ * space reads from the mount options: rodata `hugetlb_accounting`). */
 #define MEMSTAT_KEYS(X)                                                       \
 	X(anon, STAT(NR_ANON_MAPPED))                                         \
 	X(file, STAT(NR_FILE_PAGES))                                          \
@@ -170,6 +172,7 @@ enum fact_bit { KERNEL_FACTS(FACT_ENUM) NR_FACTS };
 	X(inactive_file, STAT(NR_INACTIVE_FILE))                              \
 	X(active_file, STAT(NR_ACTIVE_FILE))                                  \
 	X(unevictable, STAT(NR_UNEVICTABLE))                                  \
+	X(hugetlb, IF_HUGETLB(STAT(NR_HUGETLB)))                              \
 	X(slab_reclaimable, STAT(NR_SLAB_RECLAIMABLE_B))                      \
 	X(slab_unreclaimable, STAT(NR_SLAB_UNRECLAIMABLE_B))                  \
 	X(slab, add(s[MS_slab_reclaimable], s[MS_slab_unreclaimable]))        \

@@ -200,6 +200,7 @@ impl Loaded {
             rodata.cpumask_bytes = (config.cpus.div_ceil(64) * 8).min(CPU_WORDS * 8) as u32;
             rodata.kfuncs = config.kfuncs;
             rodata.walk_root_id = root_id;
+            rodata.hugetlb_accounting = config.hugetlb_accounting.into();
             if let Some(layout) = config.numa {
                 rodata.numa_node_ids = config.nodes as u32;
                 rodata.numa_idx = layout;

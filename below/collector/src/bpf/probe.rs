@@ -92,6 +92,7 @@ pub(crate) fn probe_with(root_fd: BorrowedFd, btf: Option<&Path>) -> Probe {
     if std::env::var_os(WALK_ENV).is_some_and(|v| v == "locked") {
         config.rcu_walk = Err(LOCKED_BY_ENV);
     }
+    config.hugetlb_accounting = crate::mount::hugetlb_accounting();
     let (mut program, no_fork) = match Program::first(root_fd, config, btf) {
         Ok(p) => p,
         Err(e) => return fail(format!("cannot load the cgroup iterator: {e:#}")),
