@@ -235,7 +235,7 @@ recorder() {
     bpf|read|stream) bin=$BIN/below; args="--cgroup-backend $key" ;;
     # The pass as a cgroup iterator under cgroup_mutex, on this same kernel.
     bpf-locked) bin=$BIN/below; args="--cgroup-backend bpf"; export BSTATS_BPF_WALK=locked ;;
-    # Another build of ours to compare against (run.sh: FLEET_BEFORE_BIN).
+    # Another build of ours to compare against (run.sh: OURS_BEFORE_BIN).
     bpf-before) bin=$BIN/below-before; args="--cgroup-backend bpf" ;;
     *) echo "status=failed: unknown recorder $key" > "$dir/rec.txt"; return 0 ;;
   esac

@@ -21,9 +21,10 @@
 #             numbers, and that the guest looks like a host (below 0.9
 #             starts lsb_release and getconf each sample, ours nothing).
 #   --service the service bill (docs/benchmark.md's headline): below 0.9,
-#             below main BPF, ours BPF and the floor at 1,000 cgroups and
-#             1,000 processes, 3 rounds (median by service CPU), every
-#             recorder on CPU 1 (~35 min).
+#             below main BPF, ours BPF (and ours before, with
+#             $OURS_BEFORE_BIN) and the floor at 1,000 cgroups and 1,000
+#             processes, 3 rounds (median by service CPU), every recorder
+#             on CPU 1 (~35 min; ~45 with ours before).
 #   --bill    the user's bill: real `below record -i 1` processes (below 0.9
 #             from crates.io, below main files / enable_cgroup_bpf / with the
 #             series (patches/below), ours per
@@ -36,8 +37,9 @@
 #             name them.
 #   --ratios  the bill's targets at 1,000 cgroups, in 3 rounds (median run
 #             per row): below 0.9, below main BPF (when built), ours BPF and
-#             the floor, each with and without --compress, every recorder
-#             confined to CPU 1 (~25 min).
+#             the floor (and ours before, with $OURS_BEFORE_BIN), each with
+#             and without --compress, every recorder confined to CPU 1
+#             (~25 min).
 #   --top     top-N's bound: ours with --cgroup-top 200 at 200 and 10,000
 #             cgroups, with and without --compress, in 3 rounds, on CPU 1
 #             (~15 min).
@@ -51,8 +53,8 @@
 #   --maps    kernel memory of the BPF maps each BPF recorder keeps (below
 #             main's enable_cgroup_bpf hash map, + the series, ours) at
 #             1,000 and 5,000 cgroups (tests/bench/maps-guest.sh; ~10 min).
-#             $MAPS_BEFORE_SERIES_BIN / $MAPS_BEFORE_OURS_BIN add rows for
-#             builds to compare against (e.g. before a change).
+#             $MAPS_BEFORE_SERIES_BIN adds a row for another build of below
+#             main + the series; $OURS_BEFORE_BIN one for ours before.
 #   --fleet   a fleet host's view (tests/bench/fleet-guest.sh): per vCPU
 #             count (--numa from 16) one guest with --cgroups cgroups
 #             shaped by systemd, --procs sleeping processes and container
@@ -72,8 +74,7 @@
 #             2-core host (1000 s at 2 vCPUs, 877 at 16, 858 at 64), most
 #             of it the recorders' first and slow samples (see the top of
 #             fleet-guest.sh): hence 5 s windows, not 20. Recorder
-#             bpf-before is $FLEET_BEFORE_BIN, another build of ours to
-#             compare against in the same guest (e.g. before a change).
+#             bpf-before is $OURS_BEFORE_BIN.
 #   --fleet-native  the same script on this machine, natively: the tree in
 #             a cgroup2 subtree of its own (bstats-fleet, removed after, its
 #             processes killed) on the real CPUs, where a busy CPU does not
@@ -86,6 +87,12 @@
 #             round, 5 s windows (~3 min): checks that it runs.
 #   -- ARGS   cgroup-bench arguments replacing the default set below (the
 #             binaries are in the guest as /bin/below, /bin/below09).
+# $OURS_BEFORE_BIN: another build of ours to compare against in the same
+# guest (e.g. one built before a change), as /bin/below-before: recorder
+# bpf-before (ours' BPF row's command line with it) in --service, --ratios
+# (with its -z twin), --bill (every size), --fleet and --fleet-native
+# (when --recorders names it), and row ours-before in --maps. The
+# reproducing commands printed name it.
 # Commas are cgroup-bench's list syntax; backticks in printf are markdown.
 # shellcheck disable=SC2054,SC2016
 set -euo pipefail
@@ -166,6 +173,14 @@ if [ -n "${BELOW_MAIN_SERIES_BIN:-}" ]; then
   adds+=(--add "$BELOW_MAIN_SERIES_BIN:/bin/below-main-series")
   recorder_args+=(--below-main-series /bin/below-main-series)
 fi
+if [ -n "${OURS_BEFORE_BIN:-}" ]; then
+  [ -x "$OURS_BEFORE_BIN" ] || die "OURS_BEFORE_BIN=$OURS_BEFORE_BIN is not an executable"
+  # --maps and --fleet add it themselves.
+  if [[ $mode = bill || $mode = service || $mode = ratios ]]; then
+    adds+=(--add "$OURS_BEFORE_BIN:/bin/below-before")
+    recorder_args+=(--below-before /bin/below-before)
+  fi
+fi
 mem=2G suffix=
 if [ $smoke = 1 ]; then
   args=(--sections collect,parallel,overhead,bill,soak
@@ -183,6 +198,7 @@ elif [ $mode = bill ]; then
 elif [ $mode = service ]; then
   recs=below09,bpf,floor
   [ -z "${BELOW_MAIN_BIN:-}" ] || recs=below09,main-bpf,bpf,floor
+  [ -z "${OURS_BEFORE_BIN:-}" ] || recs=${recs/,bpf,/,bpf,bpf-before,}
   # On CPU 1 as --ratios (TCG hand-offs between vCPUs are its noise).
   args=(--sections bill --bill-sizes 1000 --procs 1000 --bill-secs 30 --bill-rounds 3 --bill-cpus 1
         --recorders "$recs" "${recorder_args[@]}")
@@ -190,6 +206,7 @@ elif [ $mode = service ]; then
 elif [ $mode = ratios ]; then
   recs=below09,below09-z,bpf,bpf-z,floor,floor-z
   [ -z "${BELOW_MAIN_BIN:-}" ] || recs+=,main-bpf,main-bpf-z
+  [ -z "${OURS_BEFORE_BIN:-}" ] || recs+=,bpf-before,bpf-before-z
   # Every recorder on CPU 1: under TCG a hand-off between two vCPUs (below's
   # procreader pool) can spin for the other's time slice, the ratios' noise.
   args=(--sections bill --bill-sizes 1000 --procs 1000 --bill-secs 30 --bill-rounds 3 --bill-cpus 1 --recorders "$recs" "${recorder_args[@]}")
@@ -261,8 +278,8 @@ bench_kernel() {
   local flag=
   [ $smoke = 0 ] || flag=" --smoke"
   [ $mode = all ] || flag=" --$mode"
-  printf '\n## Kernel %s\n\nReproduce all: `tests/bench/run.sh%s --kernels %s`\n\n' \
-    "$k" "$flag" "$k"
+  printf '\n## Kernel %s\n\nReproduce all: `%stests/bench/run.sh%s --kernels %s`\n\n' \
+    "$k" "$(env_note)" "$flag" "$k"
   cat "$out/$k$suffix/bench.md"
   [ $smoke = 1 ] || return 0
   # Sanity, not timing: the baseline and plain read produced numbers.
@@ -343,8 +360,8 @@ bench_maps() {
     maps_adds+=(--add "$MAPS_BEFORE_SERIES_BIN:/bin/below-main-series-before")
     rows+=(main-series-before:main:/bin/below-main-series-before)
   fi
-  if [ -n "${MAPS_BEFORE_OURS_BIN:-}" ]; then
-    maps_adds+=(--add "$MAPS_BEFORE_OURS_BIN:/bin/below-before")
+  if [ -n "${OURS_BEFORE_BIN:-}" ]; then
+    maps_adds+=(--add "$OURS_BEFORE_BIN:/bin/below-before")
     rows+=(ours-before:ours:/bin/below-before)
   fi
   local guest=(sh /maps-guest.sh "1000 5000" "${rows[@]}")
@@ -353,7 +370,8 @@ bench_maps() {
     tail -n 30 "$log" | tr -d '\r' >&2
     return 1
   fi
-  printf '\n## Kernel %s: BPF map memory\n\nReproduce: `tests/bench/run.sh --maps --kernels %s`\n\n' "$k" "$k"
+  printf '\n## Kernel %s: BPF map memory\n\nReproduce: `%stests/bench/run.sh --maps --kernels %s`\n\n' \
+    "$k" "$(env_note)" "$k"
   tr -d '\r' < "$log" | grep '^|'
 }
 
@@ -375,16 +393,18 @@ fleet_report_args() {
       read) _args+=("read=ours, plain read") ;;
       stream) _args+=("stream=ours, stream (patched kernel)") ;;
       bpf-before) _args+=("bpf-before=ours, BPF, before")
-        [ -n "${FLEET_BEFORE_BIN:-}" ] || _args+=(--skip "bpf-before=FLEET_BEFORE_BIN not set") ;;
+        [ -n "${OURS_BEFORE_BIN:-}" ] || _args+=(--skip "bpf-before=OURS_BEFORE_BIN not set") ;;
       *) _args+=("$key=$key") ;;
     esac
   done
 }
 
 # What the reproducing command needs from the environment.
-fleet_env_note() {
+env_note() {
   [ -z "$BELOW_BIN_FROM_ENV" ] || printf 'BELOW_BIN=%s ' "$BELOW_BIN"
-  [ -z "${FLEET_BEFORE_BIN:-}" ] || printf 'FLEET_BEFORE_BIN=%s ' "$FLEET_BEFORE_BIN"
+  [ -z "${OURS_BEFORE_BIN:-}" ] || printf 'OURS_BEFORE_BIN=%s ' "$OURS_BEFORE_BIN"
+  [ -z "${MAPS_BEFORE_SERIES_BIN:-}" ] || [ "$mode" != maps ] ||
+    printf 'MAPS_BEFORE_SERIES_BIN=%s ' "$MAPS_BEFORE_SERIES_BIN"
 }
 
 # --fleet: one guest per vCPU count, one after the other (one QEMU at a
@@ -403,7 +423,7 @@ bench_fleet() {
                --add "$BELOW_BIN:/bin/below" --add "$below09:/bin/below09"
                --add "$LOCKWAIT_BIN:/bin/cgroup-lock-wait" "${host_adds[@]}")
   [ -z "${BELOW_MAIN_BIN:-}" ] || fadds+=(--add "$BELOW_MAIN_BIN:/bin/below-main")
-  [ -z "${FLEET_BEFORE_BIN:-}" ] || fadds+=(--add "$FLEET_BEFORE_BIN:/bin/below-before")
+  [ -z "${OURS_BEFORE_BIN:-}" ] || fadds+=(--add "$OURS_BEFORE_BIN:/bin/below-before")
   for n in ${fleet_vcpus//,/ }; do
     # Kernel memory grows with CPUs (per-CPU stats of every memcg).
     mem=$((3072 + 80 * n))M
@@ -431,7 +451,7 @@ bench_fleet() {
   {
     printf '\n## Kernel %s: the fleet guest (%s cgroups, %s processes, %s round(s), %s s windows, %s workers)\n\n' \
       "$k" "$fleet_cgroups" "$fleet_procs" "$fleet_rounds" "$fleet_window" "$fleet_workers"
-    python3 tests/bench/fleet-report.py "$d" "$(fleet_env_note)${repro[*]}" "$fleet_vcpus" \
+    python3 tests/bench/fleet-report.py "$d" "$(env_note)${repro[*]}" "$fleet_vcpus" \
       "${report[@]}"
   } >"$d/fleet.md" || return 1
   cat "$d/fleet.md"
@@ -463,7 +483,7 @@ bench_fleet_native() {
   ln -s "$below09" "$d/bin/below09"
   ln -s "$LOCKWAIT_BIN" "$d/bin/cgroup-lock-wait"
   [ -z "${BELOW_MAIN_BIN:-}" ] || ln -s "$BELOW_MAIN_BIN" "$d/bin/below-main"
-  [ -z "${FLEET_BEFORE_BIN:-}" ] || ln -s "$FLEET_BEFORE_BIN" "$d/bin/below-before"
+  [ -z "${OURS_BEFORE_BIN:-}" ] || ln -s "$OURS_BEFORE_BIN" "$d/bin/below-before"
   fleet_native_cleanup "$cg"
   mkdir "$cg"
   for c in cpu memory io pids; do
@@ -491,7 +511,7 @@ bench_fleet_native() {
   {
     printf '\n## This machine natively (%s CPUs, kernel %s): the fleet tree (%s cgroups, %s processes, %s round(s), %s s windows, %s workers)\n\n' \
       "$n" "$(uname -r)" "$fleet_cgroups" "$fleet_procs" "$fleet_rounds" "$fleet_window" "$fleet_workers"
-    python3 tests/bench/fleet-report.py "$d" "$(fleet_env_note)${repro[*]}" "$n" \
+    python3 tests/bench/fleet-report.py "$d" "$(env_note)${repro[*]}" "$n" \
       "${report[@]}" --native
   } >"$d/fleet.md" || return 1
   cat "$d/fleet.md"

@@ -93,7 +93,8 @@ pub struct Args {
     #[arg(long, default_value_t = 300.0)]
     warmup_s: f64,
     /// bill: recorders to run, by key (below09, bpf, read, stream, floor,
-    /// main-files, main-bpf, main-series; a "-z" suffix: with --compress)
+    /// main-files, main-bpf, main-series, bpf-before; a "-z" suffix: with
+    /// --compress)
     /// [default: all
     /// whose binary is given]
     #[arg(long, value_delimiter = ',')]
@@ -107,6 +108,10 @@ pub struct Args {
     /// below main with patches/below applied, for its bill row
     #[arg(long)]
     below_main_series: Option<PathBuf>,
+    /// Another build of ours to compare against (e.g. before a change), for
+    /// the bill row bpf-before: the bpf row's command line with this binary
+    #[arg(long)]
+    below_before: Option<PathBuf>,
     /// bill: profile each recorder's window with this perf binary, reports
     /// in --perf-out (perf's sampling adds to the CPU measured)
     #[arg(long)]
@@ -299,6 +304,7 @@ fn main() -> Result<()> {
             below_main: args.below_main.as_deref(),
             below_main_series: args.below_main_series.as_deref(),
             ours: args.below.as_deref(),
+            ours_before: args.below_before.as_deref(),
         })?;
         let warmup = std::time::Duration::from_secs_f64(args.warmup_s);
         let cpus = runner::Cpus::new(&args.bill_cpus)?;

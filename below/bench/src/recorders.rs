@@ -1,6 +1,7 @@
 //! The recorders the bill and the soak run: below 0.9, below main (with
-//! and without patches/below), ours in each backend and setting, and the
-//! floor, each with and without `--compress`.
+//! and without patches/below), ours in each backend and setting, another
+//! build of ours to compare against (before a change), and the floor, each
+//! with and without `--compress`.
 
 use std::path::Path;
 
@@ -27,6 +28,9 @@ pub struct Binaries<'a> {
     /// below main with patches/below applied.
     pub below_main_series: Option<&'a Path>,
     pub ours: Option<&'a Path>,
+    /// Another build of ours (e.g. before a change): row `bpf-before`, the
+    /// `bpf` row's command line.
+    pub ours_before: Option<&'a Path>,
 }
 
 fn row(key: &str, name: &str, bin: &Path, args: &[&str], config: &str) -> RecorderSpec {
@@ -69,30 +73,41 @@ pub fn recorders(b: &Binaries) -> Result<Vec<RecorderSpec>> {
             "enable_cgroup_bpf = true\n",
         ));
     }
+    // Ours: exitstats off, as every other row (the same work compared),
+    // with its --phase-times records.
+    let off = "--disable-exitstats";
+    let ours_rec = [&rec[..], &["--phase-times", "{phases}"]].concat();
+    let backend =
+        |be: &'static str| [&["--cgroup-backend", be][..], &ours_rec[..], &[off]].concat();
     if let Some(p) = b.ours {
-        // Exitstats off, as every other row: the same work compared.
-        let off = "--disable-exitstats";
-        let rec = [&rec[..], &["--phase-times", "{phases}"]].concat();
         for (be, label) in [("bpf", "BPF"), ("read", "plain read"), ("stream", "stream")] {
-            let a = [&["--cgroup-backend", be][..], &rec[..], &[off]].concat();
-            plain.push(row(be, &format!("ours, {label}"), p, &a, ""));
+            plain.push(row(be, &format!("ours, {label}"), p, &backend(be), ""));
         }
         // What making each sample durable (the default) costs.
-        let a = [&["--cgroup-backend", "bpf"][..], &rec[..], &[off]].concat();
         let nosync = "store_sync = \"none\"\n";
         plain.push(row(
             "bpf-nosync",
             "ours, BPF, store_sync none",
             p,
-            &a,
+            &backend("bpf"),
             nosync,
         ));
         // What exitstats (on by default) adds.
-        let a = [&["--cgroup-backend", "bpf"][..], &rec[..]].concat();
+        let a = [&["--cgroup-backend", "bpf"][..], &ours_rec[..]].concat();
         plain.push(row("bpf-exitstats", "ours, BPF, exitstats on", p, &a, ""));
         // Top-N: the cost at many cgroups should be that of the N kept.
-        let a = [&rec[..], &["--cgroup-top", "200", off]].concat();
+        let a = [&ours_rec[..], &["--cgroup-top", "200", off]].concat();
         plain.push(row("bpf-top200", "ours, BPF, --cgroup-top 200", p, &a, ""));
+    }
+    // Another build of ours, as the `bpf` row runs ours.
+    if let Some(p) = b.ours_before {
+        plain.push(row(
+            "bpf-before",
+            "ours before, BPF",
+            p,
+            &backend("bpf"),
+            "",
+        ));
     }
     let me = std::env::current_exe()?;
     plain.push(row(
@@ -124,9 +139,11 @@ mod test {
             below_main: None,
             below_main_series: None,
             ours: Some(Path::new("/ours")),
+            ours_before: None,
         };
         let r = recorders(&b).unwrap();
         let keys: Vec<&str> = r.iter().map(|r| r.key.as_str()).collect();
+        // No build to compare against: no bpf-before row.
         assert_eq!(
             keys,
             [
@@ -172,5 +189,36 @@ mod test {
                 r.key
             );
         }
+    }
+
+    #[test]
+    fn the_build_before_runs_as_ours_bpf() {
+        let b = Binaries {
+            below09: None,
+            below_main: None,
+            below_main_series: None,
+            ours: Some(Path::new("/ours")),
+            ours_before: Some(Path::new("/before")),
+        };
+        let r = recorders(&b).unwrap();
+        let get = |k: &str| r.iter().find(|r| r.key == k).unwrap();
+        for z in ["", "-z"] {
+            let (now, before) = (get(&format!("bpf{z}")), get(&format!("bpf-before{z}")));
+            assert_eq!(before.argv[0], "/before");
+            assert_eq!(before.argv[1..], now.argv[1..], "{z}");
+            assert_eq!(before.config, now.config);
+        }
+        assert_eq!(get("bpf-before").name, "ours before, BPF");
+        assert_eq!(get("bpf-before-z").name, "ours before, BPF, --compress");
+        // Its rows come after ours', the floor's last.
+        let keys: Vec<&str> = r.iter().map(|r| r.key.as_str()).collect();
+        assert_eq!(
+            keys[keys.len() - 4..],
+            ["bpf-before", "bpf-before-z", "floor", "floor-z"]
+        );
+        // Without ours, the build before is still a row.
+        let b = Binaries { ours: None, ..b };
+        let keys: Vec<String> = recorders(&b).unwrap().into_iter().map(|r| r.key).collect();
+        assert_eq!(keys, ["bpf-before", "bpf-before-z", "floor", "floor-z"]);
     }
 }

@@ -257,6 +257,7 @@ impl Report {
             ("--below09", &a.below09),
             ("--below-main", &a.below_main),
             ("--below-main-series", &a.below_main_series),
+            ("--below-before", &a.below_before),
         ] {
             if let Some(p) = p {
                 w.extend([flag.into(), p.display().to_string()]);

@@ -189,6 +189,32 @@ impl Report {
                 num(pass),
             );
         }
+        // Ours against the build before (e.g. a change's acceptance).
+        for z in ["", "-z"] {
+            let get = |k: &str| s.rows.iter().find(|r| r.ok() && r.key == format!("{k}{z}"));
+            let (Some(now), Some(before)) = (get("bpf"), get("bpf-before")) else {
+                continue;
+            };
+            let cmp = |a: f64, b: f64| format!("{} / {} = {}", num(a), num(b), times(ratio(a, b)));
+            let mib = |r: &BillRow| r.peak_rss_kib as f64 / 1024.0;
+            let _ = writeln!(
+                out,
+                "- {} ÷ {} (now / before): service CPU ms per sample {}; process CPU ms per \
+                 sample {}; store KiB per sample {}; peak RSS MiB {}.",
+                now.recorder,
+                before.recorder,
+                cmp(
+                    now.service_cpu_ms_per_sample,
+                    before.service_cpu_ms_per_sample
+                ),
+                cmp(now.cpu_ms_per_sample, before.cpu_ms_per_sample),
+                cmp(
+                    now.store_bytes_per_sample / 1024.0,
+                    before.store_bytes_per_sample / 1024.0
+                ),
+                cmp(mib(now), mib(before)),
+            );
+        }
         out
     }
 
