@@ -197,9 +197,7 @@ pub(crate) fn numa_layout(btf: &KernelBtf) -> Result<NumaLayout> {
 /// (cpumask/nodemask bits past them are not the kernel's to show, nor
 /// allocated for cpumasks), the KF_* kfuncs the kernel's BTF has, and
 /// where memory.numa_stat's values are (None: not served); whether the
-/// pass may walk under RCU, or why not; whether memory.stat prints hugetlb
-/// (the cgroup2 mount's memory_hugetlb_accounting: not in BTF, the caller
-/// sets it).
+/// pass may walk under RCU, or why not.
 #[derive(Clone, Copy)]
 pub(crate) struct LoadConfig {
     pub(crate) cpus: usize,
@@ -207,6 +205,8 @@ pub(crate) struct LoadConfig {
     pub(crate) kfuncs: u32,
     pub(crate) numa: Option<NumaLayout>,
     pub(crate) rcu_walk: std::result::Result<(), &'static str>,
+    /// Whether memory.stat prints hugetlb (the cgroup2 mount's
+    /// memory_hugetlb_accounting: not in BTF, the caller sets it).
     pub(crate) hugetlb_accounting: bool,
 }
 

@@ -138,6 +138,8 @@ fn full_record_decodes_in_the_files_units() {
     assert_eq!(ms.anon, Some(100 + slot(MEMSTAT_KEYS, "anon") as u64));
     assert_eq!(ms.pgscan, Some(100 + slot(MEMSTAT_KEYS, "pgscan") as u64));
     assert_eq!(ms.zswap, None, "ABSENT");
+    // Read by BPF under memory_hugetlb_accounting only (IF_HUGETLB): its slot.
+    assert_eq!(ms.hugetlb, Some(100 + slot(MEMSTAT_KEYS, "hugetlb") as u64));
 
     // Node 0 only (memory_nodes), the two items this kernel prints, scaled.
     let rows = full_numa();
