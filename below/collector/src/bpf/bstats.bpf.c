@@ -14,10 +14,10 @@
 /* Per record slot, the id of the cgroup user space wants in full there (0:
  * none); sized like `records` by the loader, written once per sample. */
 struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__type(key, __u32);
-	__type(value, __u64);
-	__uint(max_entries, 1);
+  __uint(type, BPF_MAP_TYPE_ARRAY);
+  __type(key, __u32);
+  __type(value, __u64);
+  __uint(max_entries, 1);
 } wanted SEC(".maps");
 
 /* A section of their own, so .bss stays cgroup_stats's. PASS_* and the
@@ -30,78 +30,76 @@ __u32 moved SEC(".data.rank");
 
 /* The ranked value only (RANK pass) of the cgroup at `visit_cgroup`: no
  * other field of the group. Global: checked once (see fill_groups). */
-__noinline int fill_rank(struct record *r, __u32 idx)
-{
-	struct cgroup *cgrp = (void *)visit_cgroup;
-	struct mem_cgroup___local *memcg;
+__noinline int fill_rank(struct record *r, __u32 idx) {
+  struct cgroup *cgrp = (void *)visit_cgroup;
+  struct mem_cgroup___local *memcg;
 
-	if (!r)
-		return 0;
+  if (!r)
+    return 0;
 
-	if (rank_groups & HAS_BSTAT) {
-		r->usage_ns = BPF_CORE_READ(cgrp, bstat.cputime.sum_exec_runtime);
-		r->flags |= HAS_BSTAT;
-	}
-	memcg = OWN_CSS(cgrp, memory);
-	if ((rank_groups & HAS_MEMCG) && memcg) {
-		r->mem_usage = USAGE(memcg, memory);
-		r->flags |= HAS_MEMCG;
-	}
-	if (rank_groups & HAS_PSI)
-		fill_pressure(r, idx);
-	return 0;
+  if (rank_groups & HAS_BSTAT) {
+    r->usage_ns = BPF_CORE_READ(cgrp, bstat.cputime.sum_exec_runtime);
+    r->flags |= HAS_BSTAT;
+  }
+  memcg = OWN_CSS(cgrp, memory);
+  if ((rank_groups & HAS_MEMCG) && memcg) {
+    r->mem_usage = USAGE(memcg, memory);
+    r->flags |= HAS_MEMCG;
+  }
+  if (rank_groups & HAS_PSI)
+    fill_pressure(r, idx);
+  return 0;
 }
 
 /* Every group of the record, and its pressure. */
-static __always_inline void fill_all(struct record *r, __u32 idx, struct cgroup *cgrp,
-				     struct cgroup_subsys_state *css)
-{
-	fill_record(r, idx, cgrp, css);
-	fill_pressure(r, idx);
+static __always_inline void fill_all(struct record *r, __u32 idx,
+                                     struct cgroup *cgrp,
+                                     struct cgroup_subsys_state *css) {
+  fill_record(r, idx, cgrp, css);
+  fill_pressure(r, idx);
 }
 
-static __always_inline void start_bstats(void)
-{
-	moved = 0;
-	start_pressure();
+static __always_inline void start_bstats(void) {
+  moved = 0;
+  start_pressure();
 }
 
 /* One cgroup in the pass mode. */
-static __noinline int visit_bstats(struct cgroup *cgrp, struct cgroup_subsys_state *css)
-{
-	struct record *r;
-	__u64 id, *w;
-	bool want;
-	__u32 idx;
+static __noinline int visit_bstats(struct cgroup *cgrp,
+                                   struct cgroup_subsys_state *css) {
+  struct record *r;
+  __u64 id, *w;
+  bool want;
+  __u32 idx;
 
-	r = next_record(&idx);
-	if (!r)
-		return 0;
-	if (pass_mode == PASS_FULL) {
-		fill_all(r, idx, cgrp, css);
-		return 0;
-	}
-	id = BPF_CORE_READ(cgrp, kn, id);
-	w = bpf_map_lookup_elem(&wanted, &idx);
-	want = w && *w == id;
-	if (pass_mode == PASS_WANTED) {
-		if (w && *w && !want)
-			moved = 1;
-		if (want)
-			fill_all(r, idx, cgrp, css);
-		return 0;
-	}
-	if (want) {
-		fill_all(r, idx, cgrp, css);
-		return 0;
-	}
-	r->flags = 0;
-	/* cgroup2 has no rename or move: user space knows the rest. */
-	if (r->id != id)
-		fill_place(r, cgrp);
-	visit_cgroup = (__u64)cgrp;
-	fill_rank(r, idx);
-	return 0;
+  r = next_record(&idx);
+  if (!r)
+    return 0;
+  if (pass_mode == PASS_FULL) {
+    fill_all(r, idx, cgrp, css);
+    return 0;
+  }
+  id = BPF_CORE_READ(cgrp, kn, id);
+  w = bpf_map_lookup_elem(&wanted, &idx);
+  want = w && *w == id;
+  if (pass_mode == PASS_WANTED) {
+    if (w && *w && !want)
+      moved = 1;
+    if (want)
+      fill_all(r, idx, cgrp, css);
+    return 0;
+  }
+  if (want) {
+    fill_all(r, idx, cgrp, css);
+    return 0;
+  }
+  r->flags = 0;
+  /* cgroup2 has no rename or move: user space knows the rest. */
+  if (r->id != id)
+    fill_place(r, cgrp);
+  visit_cgroup = (__u64)cgrp;
+  fill_rank(r, idx);
+  return 0;
 }
 
 CGROUP_PASS(bstats, start_bstats, visit_bstats)

@@ -10,20 +10,20 @@
 #define CGROUP_PSI_H
 
 /* Pressure rows: pressure.*[PSI_ROW_row] from `enum psi_states` STATE. */
-#define PSI_ROWS(X)                                                           \
-	X(io_some, PSI_IO_SOME)                                               \
-	X(io_full, PSI_IO_FULL)                                               \
-	X(memory_some, PSI_MEM_SOME)                                          \
-	X(memory_full, PSI_MEM_FULL)                                          \
-	X(cpu_some, PSI_CPU_SOME)                                             \
-	X(cpu_full, PSI_CPU_FULL)
+#define PSI_ROWS(X)                                                            \
+  X(io_some, PSI_IO_SOME)                                                      \
+  X(io_full, PSI_IO_FULL)                                                      \
+  X(memory_some, PSI_MEM_SOME)                                                 \
+  X(memory_full, PSI_MEM_FULL)                                                 \
+  X(cpu_some, PSI_CPU_SOME)                                                    \
+  X(cpu_full, PSI_CPU_FULL)
 #define PSI_ENUM(row, state) PSI_ROW_##row,
 enum psi_row { PSI_ROWS(PSI_ENUM) NR_PSI_ROWS };
 
 /* What the kernel let the last pass do (global `psi_features`). */
-#define PSI_FEAT_FLAGS(X)                                                     \
-	X(FEAT_PSI)                                                           \
-	X(FEAT_PSI_CLOCK)
+#define PSI_FEAT_FLAGS(X)                                                      \
+  X(FEAT_PSI)                                                                  \
+  X(FEAT_PSI_CLOCK)
 BITS(PSI_FEAT_FLAGS, psi_feat);
 
 /* Why a pass has no clock for pressure (global `psi_no_clock`, 0 when it
@@ -40,7 +40,10 @@ BITS(PSI_FEAT_FLAGS, psi_feat);
  * the per-CPU buckets were summed, which needs the clock). */
 #define HAS_PSI_BIT 16
 #define HAS_PSI_QUEUED_BIT 17
-enum psi_has { HAS_PSI = 1U << HAS_PSI_BIT, HAS_PSI_QUEUED = 1U << HAS_PSI_QUEUED_BIT };
+enum psi_has {
+  HAS_PSI = 1U << HAS_PSI_BIT,
+  HAS_PSI_QUEUED = 1U << HAS_PSI_QUEUED_BIT
+};
 
 /* One cgroup's pressure, at the record's index in map `pressure`:
  * total[PSI_AVGS] with what the per-CPU buckets hold past it (what a read
@@ -48,18 +51,18 @@ enum psi_has { HAS_PSI = 1U << HAS_PSI_BIT, HAS_PSI_QUEUED = 1U << HAS_PSI_QUEUE
  * from: avg[] (11 fraction bits), avg_total[], avg_last_update and
  * avg_next_update (sched_clock ns). */
 struct pressure {
-	__u64 total_ns[NR_PSI_ROWS];
-	__u64 avg[NR_PSI_ROWS][3];
-	__u64 avg_total_ns[NR_PSI_ROWS];
-	__u64 avg_last_update;
-	__u64 avg_next_update;
+  __u64 total_ns[NR_PSI_ROWS];
+  __u64 avg[NR_PSI_ROWS][3];
+  __u64 avg_total_ns[NR_PSI_ROWS];
+  __u64 avg_last_update;
+  __u64 avg_next_update;
 };
 
 /* Never read: puts the enums into the object's BTF (see cgroup_stats.h). */
 struct psi_contract {
-	enum psi_row row;
-	enum psi_feat_flag feat;
-	enum psi_has has;
+  enum psi_row row;
+  enum psi_feat_flag feat;
+  enum psi_has has;
 };
 
 #endif /* CGROUP_PSI_H */

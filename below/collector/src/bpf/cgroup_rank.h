@@ -8,10 +8,10 @@
 #define CGROUP_RANK_H
 
 /* What a pass writes (`pass_mode`, set by user space per pass): FULL every
- * record in full, as cgroup_stats does, and its pressure; RANK in full the records of the
- * cgroups user space wants (map `wanted`: the last sample's top N, usually
- * this one's too), and of the others the groups in `rank_groups` (the
- * ranked value) and, if the slot holds another cgroup than at the last
+ * record in full, as cgroup_stats does, and its pressure; RANK in full the
+ * records of the cgroups user space wants (map `wanted`: the last sample's top
+ * N, usually this one's too), and of the others the groups in `rank_groups`
+ * (the ranked value) and, if the slot holds another cgroup than at the last
  * pass, id, parent_id, level and name; WANTED in full the wanted records,
  * no others, setting `moved` when a wanted slot holds another cgroup. */
 #define PASS_FULL 0

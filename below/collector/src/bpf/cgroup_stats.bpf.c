@@ -43,32 +43,32 @@
 char LICENSE[] SEC("license") = "GPL";
 
 struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(map_flags, BPF_F_MMAPABLE);
-	__type(key, __u32);
-	__type(value, struct record);
-	/* The loader sets the real capacity before loading. */
-	__uint(max_entries, 1);
+  __uint(type, BPF_MAP_TYPE_ARRAY);
+  __uint(map_flags, BPF_F_MMAPABLE);
+  __type(key, __u32);
+  __type(value, struct record);
+  /* The loader sets the real capacity before loading. */
+  __uint(max_entries, 1);
 } records SEC(".maps");
 
 /* memory.numa_stat rows (struct numa_row in cgroup_stats.h): the loader
  * sizes it to the records' capacity times numa_node_ids, 1 when numa_stat
  * is not served. */
 struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(map_flags, BPF_F_MMAPABLE);
-	__type(key, __u32);
-	__type(value, struct numa_row);
-	__uint(max_entries, 1);
+  __uint(type, BPF_MAP_TYPE_ARRAY);
+  __uint(map_flags, BPF_F_MMAPABLE);
+  __type(key, __u32);
+  __type(value, struct numa_row);
+  __uint(max_entries, 1);
 } numa SEC(".maps");
 
 /* The walk under RCU's first step: the ids of the cgroups to visit, in
  * pre-order; sized like `records` by the loader. */
 struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__type(key, __u32);
-	__type(value, __u64);
-	__uint(max_entries, 1);
+  __uint(type, BPF_MAP_TYPE_ARRAY);
+  __type(key, __u32);
+  __type(value, __u64);
+  __uint(max_entries, 1);
 } walk_ids SEC(".maps");
 
 /* Cgroups visited by the last pass, counted past the map's capacity so
@@ -87,7 +87,8 @@ const volatile __u32 cpumask_bytes = 8;
 /* KF_* bits; constant at load, so the verifier drops calls to kfuncs this
  * kernel lacks (libbpf poisons them). */
 const volatile __u32 kfuncs;
-/* Whether memory.stat prints hugetlb (the mount's memory_hugetlb_accounting). */
+/* Whether memory.stat prints hugetlb (the mount's memory_hugetlb_accounting).
+ */
 const volatile __u32 hugetlb_accounting;
 /* The walk root's cgroup id (the RCU walk finds it by id). */
 const volatile __u64 walk_root_id;
@@ -104,11 +105,14 @@ extern const void node_states __ksym __weak;
 /* 7.x rstat flush; 6.x had cgroup_rstat_flush(struct cgroup *). */
 extern void css_rstat_flush(struct cgroup_subsys_state *css) __ksym __weak;
 extern void cgroup_rstat_flush(struct cgroup *cgrp) __ksym __weak;
-extern struct mem_cgroup *bpf_get_mem_cgroup(struct cgroup_subsys_state *css) __ksym __weak;
+extern struct mem_cgroup *
+bpf_get_mem_cgroup(struct cgroup_subsys_state *css) __ksym __weak;
 extern void bpf_put_mem_cgroup(struct mem_cgroup *memcg) __ksym __weak;
-extern unsigned long bpf_mem_cgroup_page_state(struct mem_cgroup *memcg, int idx) __ksym __weak;
-extern unsigned long bpf_mem_cgroup_vm_events(struct mem_cgroup *memcg,
-					      enum vm_event_item event) __ksym __weak;
+extern unsigned long bpf_mem_cgroup_page_state(struct mem_cgroup *memcg,
+                                               int idx) __ksym __weak;
+extern unsigned long
+bpf_mem_cgroup_vm_events(struct mem_cgroup *memcg,
+                         enum vm_event_item event) __ksym __weak;
 extern void bpf_mem_cgroup_flush_stats(struct mem_cgroup *memcg) __ksym __weak;
 /* The RCU walk (KF_RCU_WALK). */
 extern struct cgroup *bpf_cgroup_from_id(__u64 cgid) __ksym __weak;
@@ -119,11 +123,13 @@ extern void bpf_rcu_read_unlock(void) __ksym __weak;
  * vmlinux.h from an older kernel has none. The kernel checks it by its own
  * BTF; libbpf matches the flavor. */
 struct bpf_iter_css___local {
-	__u64 opaque[3];
+  __u64 opaque[3];
 } __attribute__((aligned(8)));
-extern int bpf_iter_css_new(struct bpf_iter_css___local *it, struct cgroup_subsys_state *start,
-			    unsigned int flags) __ksym __weak;
-extern struct cgroup_subsys_state *bpf_iter_css_next(struct bpf_iter_css___local *it) __ksym __weak;
+extern int bpf_iter_css_new(struct bpf_iter_css___local *it,
+                            struct cgroup_subsys_state *start,
+                            unsigned int flags) __ksym __weak;
+extern struct cgroup_subsys_state *
+bpf_iter_css_next(struct bpf_iter_css___local *it) __ksym __weak;
 extern void bpf_iter_css_destroy(struct bpf_iter_css___local *it) __ksym __weak;
 /* uapi's BPF_CGROUP_ITER_DESCENDANTS_PRE and cgroup-defs.h's CSS_ONLINE,
  * which an older vmlinux.h may lack. */
@@ -138,184 +144,186 @@ enum cgroup_subsys_id___local { CONTROLLERS(SUBSYS_OPT) };
 
 /* The flavors KERNEL_FACTS are checked through: the members read. */
 struct task_group___local {
-	unsigned long shares;
-	struct cfs_bandwidth cfs_bandwidth;
+  unsigned long shares;
+  struct cfs_bandwidth cfs_bandwidth;
 } __attribute__((preserve_access_index));
 
 struct cfs_bandwidth___local {
-	ktime_t period;
-	__u64 quota;
-	int nr_periods;
-	int nr_throttled;
-	__u64 throttled_time;
+  ktime_t period;
+  __u64 quota;
+  int nr_periods;
+  int nr_throttled;
+  __u64 throttled_time;
 } __attribute__((preserve_access_index));
 
 struct pids_cgroup___local {
-	atomic64_t counter;
-	atomic64_t limit;
+  atomic64_t counter;
+  atomic64_t limit;
 } __attribute__((preserve_access_index));
 
 /* cpumask_var_t is a pointer with CPUMASK_OFFSTACK, else embedded: one
  * flavor each, picked by which one the running kernel's BTF matches. */
 struct cpuset___ptr {
-	struct cpumask *cpus_allowed;
-	struct cpumask *effective_cpus;
+  struct cpumask *cpus_allowed;
+  struct cpumask *effective_cpus;
 } __attribute__((preserve_access_index));
 
 struct cpuset___embedded {
-	struct cpumask cpus_allowed[1];
-	struct cpumask effective_cpus[1];
+  struct cpumask cpus_allowed[1];
+  struct cpumask effective_cpus[1];
 } __attribute__((preserve_access_index));
 
 struct cpuset___local {
-	nodemask_t mems_allowed;
-	nodemask_t effective_mems;
+  nodemask_t mems_allowed;
+  nodemask_t effective_mems;
 } __attribute__((preserve_access_index));
 
 /* zswap_max needs CONFIG_ZSWAP, zswap_writeback also 6.8. */
 struct mem_cgroup___local {
-	struct page_counter memory;
-	struct page_counter swap;
-	unsigned long zswap_max;
-	bool zswap_writeback;
-	bool oom_group;
-	atomic_long_t memory_events[1];
-	atomic_long_t memory_events_local[1];
-	struct mem_cgroup_per_node *nodeinfo[0];
+  struct page_counter memory;
+  struct page_counter swap;
+  unsigned long zswap_max;
+  bool zswap_writeback;
+  bool oom_group;
+  atomic_long_t memory_events[1];
+  atomic_long_t memory_events_local[1];
+  struct mem_cgroup_per_node *nodeinfo[0];
 } __attribute__((preserve_access_index));
 
 struct page_counter___local {
-	atomic_long_t usage;
-	unsigned long min;
-	unsigned long low;
-	unsigned long high;
-	unsigned long max;
+  atomic_long_t usage;
+  unsigned long min;
+  unsigned long low;
+  unsigned long high;
+  unsigned long max;
 } __attribute__((preserve_access_index));
 
 /* A pointer since 6.10: the lruvec_stats older kernels embed does not
  * match it. */
 struct mem_cgroup_per_node___local {
-	struct lruvec_stats *lruvec_stats;
+  struct lruvec_stats *lruvec_stats;
 } __attribute__((preserve_access_index));
 
 struct lruvec_stats___local {
-	long state[1];
+  long state[1];
 } __attribute__((preserve_access_index));
 
 enum node_states___local { N_MEMORY___local };
 
-#define HAVE_FIELD(type, name) bpf_core_field_exists(struct type##___local, name)
-#define HAVE_CPUMASK(type, name)                                                      \
-	(bpf_core_field_exists(struct type##___ptr, name) ||                          \
-	 bpf_core_field_exists(struct type##___embedded, name))
-#define HAVE_ENUMVAL(type, name) bpf_core_enum_value_exists(enum type##___local, name##___local)
+#define HAVE_FIELD(type, name)                                                 \
+  bpf_core_field_exists(struct type##___local, name)
+#define HAVE_CPUMASK(type, name)                                               \
+  (bpf_core_field_exists(struct type##___ptr, name) ||                         \
+   bpf_core_field_exists(struct type##___embedded, name))
+#define HAVE_ENUMVAL(type, name)                                               \
+  bpf_core_enum_value_exists(enum type##___local, name##___local)
 
 /* have_<fact>(): a constant once libbpf relocated it, so the verifier
  * drops the reads of what this kernel lacks (libbpf poisons them). */
-#define HAVE_FN(fact, kind, type, name, ...)                                          \
-	static __always_inline bool have_##fact(void)                                 \
-	{                                                                             \
-		return HAVE_##kind(type, name);                                       \
-	}
+#define HAVE_FN(fact, kind, type, name, ...)                                   \
+  static __always_inline bool have_##fact(void) {                              \
+    return HAVE_##kind(type, name);                                            \
+  }
 KERNEL_FACTS(HAVE_FN)
 
-static __always_inline bool have_memcg_kfuncs(void)
-{
-	return kfuncs & KF_MEMCG;
+static __always_inline bool have_memcg_kfuncs(void) {
+  return kfuncs & KF_MEMCG;
 }
 
-#define SUBSYS_ID(name) bpf_core_enum_value(enum cgroup_subsys_id___local, name##_cgrp_id___local)
+#define SUBSYS_ID(name)                                                        \
+  bpf_core_enum_value(enum cgroup_subsys_id___local, name##_cgrp_id___local)
 
 /* The cgroup's own css of controller `name`; NULL where the kernel has
  * no such controller. */
-#define OWN_CSS(cgrp, name)                                                           \
-	(have_##name##_ctrl() ? (void *)BPF_CORE_READ(cgrp, subsys[SUBSYS_ID(name)]) : NULL)
+#define OWN_CSS(cgrp, name)                                                    \
+  (have_##name##_ctrl() ? (void *)BPF_CORE_READ(cgrp, subsys[SUBSYS_ID(name)]) \
+                        : NULL)
 
-#define CTRL(name)                                                                    \
-	if (bpf_core_enum_value_exists(enum cgroup_subsys_id___local, name##_cgrp_id___local) && \
-	    (kmask & (1U << SUBSYS_ID(name))))                                         \
-		m |= 1U << CTRL_##name;
+#define CTRL(name)                                                             \
+  if (bpf_core_enum_value_exists(enum cgroup_subsys_id___local,                \
+                                 name##_cgrp_id___local) &&                    \
+      (kmask & (1U << SUBSYS_ID(name))))                                       \
+    m |= 1U << CTRL_##name;
 
 /* Kernel subsys mask -> our CTRL_* bits. */
-static __always_inline __u32 ctrl_mask(__u32 kmask)
-{
-	__u32 m = 0;
+static __always_inline __u32 ctrl_mask(__u32 kmask) {
+  __u32 m = 0;
 
-	CONTROLLERS(CTRL)
-	return m;
+  CONTROLLERS(CTRL)
+  return m;
 }
 
 /* u16 in 6.1, u32 in 7.x: read as u32. A u16 kernel's high half is
  * subtree_ss_mask, whose bits ctrl_mask() never tests (ids below 16). */
 struct cgroup___local {
-	__u32 subtree_control;
+  __u32 subtree_control;
 } __attribute__((preserve_access_index));
 
 /* Where the cgroup is in the tree. */
-static __always_inline struct cgroup *fill_place(struct record *r, struct cgroup *cgrp)
-{
-	struct cgroup *parent = BPF_CORE_READ(cgrp, self.parent, cgroup);
+static __always_inline struct cgroup *fill_place(struct record *r,
+                                                 struct cgroup *cgrp) {
+  struct cgroup *parent = BPF_CORE_READ(cgrp, self.parent, cgroup);
 
-	r->id = BPF_CORE_READ(cgrp, kn, id);
-	r->parent_id = parent ? BPF_CORE_READ(parent, kn, id) : 0;
-	r->level = BPF_CORE_READ(cgrp, level);
-	bpf_probe_read_kernel_str(r->name, sizeof(r->name), BPF_CORE_READ(cgrp, kn, name));
-	return parent;
+  r->id = BPF_CORE_READ(cgrp, kn, id);
+  r->parent_id = parent ? BPF_CORE_READ(parent, kn, id) : 0;
+  r->level = BPF_CORE_READ(cgrp, level);
+  bpf_probe_read_kernel_str(r->name, sizeof(r->name),
+                            BPF_CORE_READ(cgrp, kn, name));
+  return parent;
 }
 
-static __always_inline void fill_tree(struct record *r, struct cgroup *cgrp)
-{
-	struct cgroup *parent = fill_place(r, cgrp);
-	__u32 control;
+static __always_inline void fill_tree(struct record *r, struct cgroup *cgrp) {
+  struct cgroup *parent = fill_place(r, cgrp);
+  __u32 control;
 
-	r->nr_descendants = BPF_CORE_READ(cgrp, nr_descendants);
-	r->nr_dying_descendants = BPF_CORE_READ(cgrp, nr_dying_descendants);
-	r->subtree_control =
-		ctrl_mask(BPF_CORE_READ((struct cgroup___local *)cgrp, subtree_control));
-	/* cgroup.controllers: what the parent enabled; the root shows its
-	 * hierarchy's controllers. Threaded cgroups get threaded ones only. */
-	if (parent) {
-		control = ctrl_mask(BPF_CORE_READ((struct cgroup___local *)parent, subtree_control));
-		if (BPF_CORE_READ(cgrp, dom_cgrp) != cgrp)
-			control &= (1U << CTRL_cpuset) | (1U << CTRL_cpu) | (1U << CTRL_pids);
-	} else {
-		control = ctrl_mask(BPF_CORE_READ(cgrp, root, subsys_mask));
-	}
-	r->controllers = control;
+  r->nr_descendants = BPF_CORE_READ(cgrp, nr_descendants);
+  r->nr_dying_descendants = BPF_CORE_READ(cgrp, nr_dying_descendants);
+  r->subtree_control =
+      ctrl_mask(BPF_CORE_READ((struct cgroup___local *)cgrp, subtree_control));
+  /* cgroup.controllers: what the parent enabled; the root shows its
+   * hierarchy's controllers. Threaded cgroups get threaded ones only. */
+  if (parent) {
+    control = ctrl_mask(
+        BPF_CORE_READ((struct cgroup___local *)parent, subtree_control));
+    if (BPF_CORE_READ(cgrp, dom_cgrp) != cgrp)
+      control &= (1U << CTRL_cpuset) | (1U << CTRL_cpu) | (1U << CTRL_pids);
+  } else {
+    control = ctrl_mask(BPF_CORE_READ(cgrp, root, subsys_mask));
+  }
+  r->controllers = control;
 }
 
-static __always_inline void fill_cpu(struct record *r, struct cgroup *cgrp)
-{
-	struct task_group___local *tg;
+static __always_inline void fill_cpu(struct record *r, struct cgroup *cgrp) {
+  struct task_group___local *tg;
 
-	r->usage_ns = BPF_CORE_READ(cgrp, bstat.cputime.sum_exec_runtime);
-	r->utime_ns = BPF_CORE_READ(cgrp, bstat.cputime.utime);
-	r->stime_ns = BPF_CORE_READ(cgrp, bstat.cputime.stime);
-	r->prev_utime_ns = BPF_CORE_READ(cgrp, prev_cputime.utime);
-	r->prev_stime_ns = BPF_CORE_READ(cgrp, prev_cputime.stime);
-	r->flags |= HAS_BSTAT;
+  r->usage_ns = BPF_CORE_READ(cgrp, bstat.cputime.sum_exec_runtime);
+  r->utime_ns = BPF_CORE_READ(cgrp, bstat.cputime.utime);
+  r->stime_ns = BPF_CORE_READ(cgrp, bstat.cputime.stime);
+  r->prev_utime_ns = BPF_CORE_READ(cgrp, prev_cputime.utime);
+  r->prev_stime_ns = BPF_CORE_READ(cgrp, prev_cputime.stime);
+  r->flags |= HAS_BSTAT;
 
-	tg = OWN_CSS(cgrp, cpu);
-	if (!tg)
-		return;
-	r->flags |= HAS_CPU;
-	r->weight = have_cpu_shares() ? BPF_CORE_READ(tg, shares) : ABSENT;
-	r->nr_periods = r->nr_throttled = r->throttled_ns = ABSENT;
-	r->quota_ns = r->period_ns = ABSENT;
-	if (have_cpu_bandwidth()) {
-		struct cfs_bandwidth___local *b = (void *)&tg->cfs_bandwidth;
+  tg = OWN_CSS(cgrp, cpu);
+  if (!tg)
+    return;
+  r->flags |= HAS_CPU;
+  r->weight = have_cpu_shares() ? BPF_CORE_READ(tg, shares) : ABSENT;
+  r->nr_periods = r->nr_throttled = r->throttled_ns = ABSENT;
+  r->quota_ns = r->period_ns = ABSENT;
+  if (have_cpu_bandwidth()) {
+    struct cfs_bandwidth___local *b = (void *)&tg->cfs_bandwidth;
 
-		if (have_cfs_nr_periods())
-			r->nr_periods = BPF_CORE_READ(b, nr_periods);
-		if (have_cfs_nr_throttled())
-			r->nr_throttled = BPF_CORE_READ(b, nr_throttled);
-		if (have_cfs_throttled_time())
-			r->throttled_ns = BPF_CORE_READ(b, throttled_time);
-		if (have_cfs_quota())
-			r->quota_ns = BPF_CORE_READ(b, quota);
-		if (have_cfs_period())
-			r->period_ns = BPF_CORE_READ(b, period);
-	}
+    if (have_cfs_nr_periods())
+      r->nr_periods = BPF_CORE_READ(b, nr_periods);
+    if (have_cfs_nr_throttled())
+      r->nr_throttled = BPF_CORE_READ(b, nr_throttled);
+    if (have_cfs_throttled_time())
+      r->throttled_ns = BPF_CORE_READ(b, throttled_time);
+    if (have_cfs_quota())
+      r->quota_ns = BPF_CORE_READ(b, quota);
+    if (have_cfs_period())
+      r->period_ns = BPF_CORE_READ(b, period);
+  }
 }
 
 /* Whole kernel arrays are read here in one call each and their items
@@ -324,48 +332,49 @@ static __always_inline void fill_cpu(struct record *r, struct cgroup *cgrp)
 #define SCRATCH_LONGS 64
 __u64 scratch[SCRATCH_LONGS];
 
-static __always_inline void fill_pids(struct record *r, struct cgroup *cgrp)
-{
-	struct pids_cgroup___local *pids = OWN_CSS(cgrp, pids);
+static __always_inline void fill_pids(struct record *r, struct cgroup *cgrp) {
+  struct pids_cgroup___local *pids = OWN_CSS(cgrp, pids);
 
-	if (!pids)
-		return;
-	r->flags |= HAS_PIDS;
-	r->pids_current = have_pids_counter() ? BPF_CORE_READ(pids, counter.counter) : ABSENT;
-	r->pids_limit = have_pids_limit() ? BPF_CORE_READ(pids, limit.counter) : ABSENT;
+  if (!pids)
+    return;
+  r->flags |= HAS_PIDS;
+  r->pids_current =
+      have_pids_counter() ? BPF_CORE_READ(pids, counter.counter) : ABSENT;
+  r->pids_limit =
+      have_pids_limit() ? BPF_CORE_READ(pids, limit.counter) : ABSENT;
 }
 
-#define READ_CPUMASK(dst, cs, field)                                                  \
-	do {                                                                          \
-		__u32 size = cpumask_bytes;                                           \
-		const void *mask = 0;                                                 \
-		if (size > bpf_core_type_size(struct cpumask))                        \
-			size = bpf_core_type_size(struct cpumask);                    \
-		if (size > CPU_WORDS * 8)                                             \
-			size = CPU_WORDS * 8;                                         \
-		if (bpf_core_field_exists(((struct cpuset___ptr *)(cs))->field))      \
-			mask = BPF_CORE_READ((struct cpuset___ptr *)(cs), field);     \
-		else if (bpf_core_field_exists(((struct cpuset___embedded *)(cs))->field)) \
-			mask = __builtin_preserve_access_index(                       \
-				&((struct cpuset___embedded *)(cs))->field);          \
-		if (mask && size > 0)                                                 \
-			bpf_probe_read_kernel(dst, size, mask);                       \
-	} while (0)
+#define READ_CPUMASK(dst, cs, field)                                           \
+  do {                                                                         \
+    __u32 size = cpumask_bytes;                                                \
+    const void *mask = 0;                                                      \
+    if (size > bpf_core_type_size(struct cpumask))                             \
+      size = bpf_core_type_size(struct cpumask);                               \
+    if (size > CPU_WORDS * 8)                                                  \
+      size = CPU_WORDS * 8;                                                    \
+    if (bpf_core_field_exists(((struct cpuset___ptr *)(cs))->field))           \
+      mask = BPF_CORE_READ((struct cpuset___ptr *)(cs), field);                \
+    else if (bpf_core_field_exists(((struct cpuset___embedded *)(cs))->field)) \
+      mask = __builtin_preserve_access_index(                                  \
+          &((struct cpuset___embedded *)(cs))->field);                         \
+    if (mask && size > 0)                                                      \
+      bpf_probe_read_kernel(dst, size, mask);                                  \
+  } while (0)
 
-static __always_inline void fill_cpuset(struct record *r, struct cgroup *cgrp)
-{
-	struct cpuset___local *cs = OWN_CSS(cgrp, cpuset);
+static __always_inline void fill_cpuset(struct record *r, struct cgroup *cgrp) {
+  struct cpuset___local *cs = OWN_CSS(cgrp, cpuset);
 
-	if (!cs)
-		return;
-	r->flags |= HAS_CPUSET;
-	for (int i = 0; i < CPU_WORDS; i++)
-		r->cpus[i] = r->cpus_effective[i] = 0;
-	READ_CPUMASK(r->cpus, cs, cpus_allowed);
-	READ_CPUMASK(r->cpus_effective, cs, effective_cpus);
-	r->mems = have_cpuset_mems() ? BPF_CORE_READ(cs, mems_allowed.bits[0]) : 0;
-	r->mems_effective =
-		have_cpuset_mems_effective() ? BPF_CORE_READ(cs, effective_mems.bits[0]) : 0;
+  if (!cs)
+    return;
+  r->flags |= HAS_CPUSET;
+  for (int i = 0; i < CPU_WORDS; i++)
+    r->cpus[i] = r->cpus_effective[i] = 0;
+  READ_CPUMASK(r->cpus, cs, cpus_allowed);
+  READ_CPUMASK(r->cpus_effective, cs, effective_cpus);
+  r->mems = have_cpuset_mems() ? BPF_CORE_READ(cs, mems_allowed.bits[0]) : 0;
+  r->mems_effective = have_cpuset_mems_effective()
+                          ? BPF_CORE_READ(cs, effective_mems.bits[0])
+                          : 0;
 }
 
 #define EVENT_OPT(key, event) event##___opt,
@@ -373,117 +382,119 @@ enum memcg_memory_event___opt { MEMCG_EVENTS(EVENT_OPT) };
 
 /* Reads the array at SRC (the CO-RE field named after it) into scratch;
  * the items read, 0 if the read failed. */
-#define READ_ARRAY(src, ...)                                                          \
-	({                                                                            \
-		__u32 size = bpf_core_field_size(__VA_ARGS__);                        \
-		if (size > sizeof(scratch))                                           \
-			size = sizeof(scratch);                                       \
-		bpf_probe_read_kernel(scratch, size, src) ? 0 : size / 8;             \
-	})
+#define READ_ARRAY(src, ...)                                                   \
+  ({                                                                           \
+    __u32 size = bpf_core_field_size(__VA_ARGS__);                             \
+    if (size > sizeof(scratch))                                                \
+      size = sizeof(scratch);                                                  \
+    bpf_probe_read_kernel(scratch, size, src) ? 0 : size / 8;                  \
+  })
 
 /* From a memory_events array in scratch (N items): an event this kernel
  * does not count (sock_throttled is new) is ABSENT. */
-#define EVENT(key, event)                                                             \
-	{                                                                             \
-		__u32 i = bpf_core_enum_value(enum memcg_memory_event___opt, event##___opt); \
-		dst[EV_##key] = bpf_core_enum_value_exists(enum memcg_memory_event___opt, \
-							   event##___opt) && i < n    \
-					? scratch[i & (SCRATCH_LONGS - 1)]            \
-					: ABSENT;                                     \
-	}
+#define EVENT(key, event)                                                      \
+  {                                                                            \
+    __u32 i =                                                                  \
+        bpf_core_enum_value(enum memcg_memory_event___opt, event##___opt);     \
+    dst[EV_##key] = bpf_core_enum_value_exists(enum memcg_memory_event___opt,  \
+                                               event##___opt) &&               \
+                            i < n                                              \
+                        ? scratch[i & (SCRATCH_LONGS - 1)]                     \
+                        : ABSENT;                                              \
+  }
 
 /* memory_numa_stat_show() reads memcg->nodeinfo[nid]->lruvec_stats->state[]
  * after the flush at the walk root; clamp like lruvec_page_state(). The
  * caller checked that lruvec_stats is a pointer (older kernels embed it). */
 static __always_inline void fill_numa(struct record *r, __u32 idx,
-				      struct mem_cgroup___local *memcg)
-{
-	__u32 nodeinfo = bpf_core_field_offset(struct mem_cgroup___local, nodeinfo);
-	__u32 state = bpf_core_field_offset(struct lruvec_stats___local, state);
-	__u32 n;
+                                      struct mem_cgroup___local *memcg) {
+  __u32 nodeinfo = bpf_core_field_offset(struct mem_cgroup___local, nodeinfo);
+  __u32 state = bpf_core_field_offset(struct lruvec_stats___local, state);
+  __u32 n;
 
-	for (__u32 nid = 0; nid < NUMA_NODES; nid++) {
-		struct mem_cgroup_per_node___local *pn = 0;
-		__u32 row = idx * numa_node_ids + nid;
-		struct numa_row *dst;
-		void *stats;
+  for (__u32 nid = 0; nid < NUMA_NODES; nid++) {
+    struct mem_cgroup_per_node___local *pn = 0;
+    __u32 row = idx * numa_node_ids + nid;
+    struct numa_row *dst;
+    void *stats;
 
-		if (nid >= numa_node_ids || !(memory_nodes & (1ULL << nid)))
-			continue;
-		/* Sized with the records: absent only if the loader erred. */
-		dst = bpf_map_lookup_elem(&numa, &row);
-		if (!dst)
-			return;
-		bpf_probe_read_kernel(&pn, sizeof(pn), (void *)memcg + nodeinfo + nid * sizeof(pn));
-		stats = BPF_CORE_READ(pn, lruvec_stats);
-		if (!stats)
-			return;
-		n = READ_ARRAY(stats + state, struct lruvec_stats___local, state);
-		for (__u32 i = 0; i < NR_NUMA_STATS; i++) {
-			__u32 k = numa_idx[i];
-			long v = 0;
+    if (nid >= numa_node_ids || !(memory_nodes & (1ULL << nid)))
+      continue;
+    /* Sized with the records: absent only if the loader erred. */
+    dst = bpf_map_lookup_elem(&numa, &row);
+    if (!dst)
+      return;
+    bpf_probe_read_kernel(&pn, sizeof(pn),
+                          (void *)memcg + nodeinfo + nid * sizeof(pn));
+    stats = BPF_CORE_READ(pn, lruvec_stats);
+    if (!stats)
+      return;
+    n = READ_ARRAY(stats + state, struct lruvec_stats___local, state);
+    for (__u32 i = 0; i < NR_NUMA_STATS; i++) {
+      __u32 k = numa_idx[i];
+      long v = 0;
 
-			if (k < n)
-				v = scratch[k & (SCRATCH_LONGS - 1)];
-			else if (k != NUMA_NO_IDX) /* past what scratch holds */
-				bpf_probe_read_kernel(&v, sizeof(v), stats + state + k * sizeof(v));
-			dst->v[i] = v < 0 ? 0 : v;
-		}
-	}
-	r->flags |= HAS_NUMA;
+      if (k < n)
+        v = scratch[k & (SCRATCH_LONGS - 1)];
+      else if (k != NUMA_NO_IDX) /* past what scratch holds */
+        bpf_probe_read_kernel(&v, sizeof(v), stats + state + k * sizeof(v));
+      dst->v[i] = v < 0 ? 0 : v;
+    }
+  }
+  r->flags |= HAS_NUMA;
 }
 
 /* Member `field` of page counter `pc`, if the kernel has both. */
-#define COUNTER(memcg, pc, field)                                                     \
-	(have_memcg_##pc() && have_page_counter_##field()                             \
-		 ? BPF_CORE_READ((struct page_counter___local *)&(memcg)->pc,         \
-				 field)                                                \
-		 : ABSENT)
+#define COUNTER(memcg, pc, field)                                              \
+  (have_memcg_##pc() && have_page_counter_##field()                            \
+       ? BPF_CORE_READ((struct page_counter___local *)&(memcg)->pc, field)     \
+       : ABSENT)
 
 /* The usage of page counter `pc` (an atomic_long_t). */
-#define USAGE(memcg, pc)                                                              \
-	(have_memcg_##pc() && have_page_counter_usage()                               \
-		 ? BPF_CORE_READ((struct page_counter___local *)&(memcg)->pc,         \
-				 usage.counter)                                        \
-		 : ABSENT)
+#define USAGE(memcg, pc)                                                       \
+  (have_memcg_##pc() && have_page_counter_usage()                              \
+       ? BPF_CORE_READ((struct page_counter___local *)&(memcg)->pc,            \
+                       usage.counter)                                          \
+       : ABSENT)
 
 /* Page counters and event arrays need no flush: read them by CO-RE. */
-static __always_inline void fill_memcg(struct record *r, __u32 idx, struct cgroup *cgrp)
-{
-	struct mem_cgroup___local *memcg = OWN_CSS(cgrp, memory);
+static __always_inline void fill_memcg(struct record *r, __u32 idx,
+                                       struct cgroup *cgrp) {
+  struct mem_cgroup___local *memcg = OWN_CSS(cgrp, memory);
 
-	if (!memcg)
-		return;
-	r->flags |= HAS_MEMCG;
-	r->mem_usage = USAGE(memcg, memory);
-	r->swap_usage = USAGE(memcg, swap);
-	r->mem_min = COUNTER(memcg, memory, min);
-	r->mem_low = COUNTER(memcg, memory, low);
-	r->mem_high = COUNTER(memcg, memory, high);
-	r->mem_max = COUNTER(memcg, memory, max);
-	r->swap_max = COUNTER(memcg, swap, max);
-	r->zswap_max = have_memcg_zswap_max() ? BPF_CORE_READ(memcg, zswap_max) : ABSENT;
-	r->zswap_writeback =
-		have_memcg_zswap_writeback() ? BPF_CORE_READ(memcg, zswap_writeback) : ABSENT;
-	/* Since 4.19: every kernel with cgroup iterators has it. */
-	r->mem_oom_group = BPF_CORE_READ(memcg, oom_group) ? 1 : 0;
-	if (have_memcg_events()) {
-		__u64 *dst = r->events;
-		__u32 n = READ_ARRAY(&memcg->memory_events,
-				     memcg->memory_events);
+  if (!memcg)
+    return;
+  r->flags |= HAS_MEMCG;
+  r->mem_usage = USAGE(memcg, memory);
+  r->swap_usage = USAGE(memcg, swap);
+  r->mem_min = COUNTER(memcg, memory, min);
+  r->mem_low = COUNTER(memcg, memory, low);
+  r->mem_high = COUNTER(memcg, memory, high);
+  r->mem_max = COUNTER(memcg, memory, max);
+  r->swap_max = COUNTER(memcg, swap, max);
+  r->zswap_max =
+      have_memcg_zswap_max() ? BPF_CORE_READ(memcg, zswap_max) : ABSENT;
+  r->zswap_writeback = have_memcg_zswap_writeback()
+                           ? BPF_CORE_READ(memcg, zswap_writeback)
+                           : ABSENT;
+  /* Since 4.19: every kernel with cgroup iterators has it. */
+  r->mem_oom_group = BPF_CORE_READ(memcg, oom_group) ? 1 : 0;
+  if (have_memcg_events()) {
+    __u64 *dst = r->events;
+    __u32 n = READ_ARRAY(&memcg->memory_events, memcg->memory_events);
 
-		MEMCG_EVENTS(EVENT)
-	}
-	if (have_memcg_events_local()) {
-		__u64 *dst = r->events_local;
-		__u32 n = READ_ARRAY(&memcg->memory_events_local,
-				     memcg->memory_events_local);
+    MEMCG_EVENTS(EVENT)
+  }
+  if (have_memcg_events_local()) {
+    __u64 *dst = r->events_local;
+    __u32 n =
+        READ_ARRAY(&memcg->memory_events_local, memcg->memory_events_local);
 
-		MEMCG_EVENTS(EVENT)
-	}
-	if (have_memcg_nodeinfo() && have_lruvec_stats_ptr() && have_lruvec_state() &&
-	    (features & FEAT_NUMA))
-		fill_numa(r, idx, memcg);
+    MEMCG_EVENTS(EVENT)
+  }
+  if (have_memcg_nodeinfo() && have_lruvec_stats_ptr() && have_lruvec_state() &&
+      (features & FEAT_NUMA))
+    fill_numa(r, idx, memcg);
 }
 
 /* A memory.stat item from whichever of the kernel's enums has it (items
@@ -492,101 +503,101 @@ static __always_inline void fill_memcg(struct record *r, __u32 idx, struct cgrou
  * ABSENT where none has it. The enums are flavors declared where they are
  * read, one per item and enum (enum node_stat_item___NR_SHMEM):
  * same-named one-item flavors would be merged into one type. */
-#define STAT(name)                                                                     \
-	({                                                                             \
-		enum node_stat_item___##name { name##___node };                        \
-		enum memcg_stat_item___##name { name##___memcg };                      \
-		enum vm_event_item___##name { name##___event };                        \
-		bpf_core_enum_value_exists(enum node_stat_item___##name, name##___node) \
-			? bpf_mem_cgroup_page_state(                                   \
-				  m, bpf_core_enum_value(enum node_stat_item___##name,  \
-							 name##___node))                \
-		: bpf_core_enum_value_exists(enum memcg_stat_item___##name, name##___memcg) \
-			? bpf_mem_cgroup_page_state(                                   \
-				  m, bpf_core_enum_value(enum memcg_stat_item___##name, \
-							 name##___memcg))               \
-		: bpf_core_enum_value_exists(enum vm_event_item___##name, name##___event) \
-			? bpf_mem_cgroup_vm_events(                                    \
-				  m, bpf_core_enum_value(enum vm_event_item___##name,   \
-							 name##___event))               \
-			: ABSENT;                                                      \
-	})
+#define STAT(name)                                                             \
+  ({                                                                           \
+    enum node_stat_item___##name{name##___node};                               \
+    enum memcg_stat_item___##name{name##___memcg};                             \
+    enum vm_event_item___##name{name##___event};                               \
+    bpf_core_enum_value_exists(enum node_stat_item___##name, name##___node)    \
+        ? bpf_mem_cgroup_page_state(                                           \
+              m, bpf_core_enum_value(enum node_stat_item___##name,             \
+                                     name##___node))                           \
+    : bpf_core_enum_value_exists(enum memcg_stat_item___##name,                \
+                                 name##___memcg)                               \
+        ? bpf_mem_cgroup_page_state(                                           \
+              m, bpf_core_enum_value(enum memcg_stat_item___##name,            \
+                                     name##___memcg))                          \
+    : bpf_core_enum_value_exists(enum vm_event_item___##name, name##___event)  \
+        ? bpf_mem_cgroup_vm_events(                                            \
+              m, bpf_core_enum_value(enum vm_event_item___##name,              \
+                                     name##___event))                          \
+        : ABSENT;                                                              \
+  })
 
 /* `expr` if the kernel's enum vm_event_item has `event`, else ABSENT (see
  * MEMSTAT_KEYS). A flavor per event, as in STAT. */
-#define IF_EVENT(event, expr)                                                          \
-	({                                                                             \
-		enum vm_event_item___if_##event { event##___if };                      \
-		bpf_core_enum_value_exists(enum vm_event_item___if_##event, event##___if) \
-			? (expr)                                                       \
-			: ABSENT;                                                      \
-	})
+#define IF_EVENT(event, expr)                                                  \
+  ({                                                                           \
+    enum vm_event_item___if_##event{event##___if};                             \
+    bpf_core_enum_value_exists(enum vm_event_item___if_##event, event##___if)  \
+        ? (expr)                                                               \
+        : ABSENT;                                                              \
+  })
 
 /* `expr` where memory.stat prints hugetlb, else ABSENT (see MEMSTAT_KEYS). */
 #define IF_HUGETLB(expr) (hugetlb_accounting ? (expr) : ABSENT)
 
 /* A sum as the kernel prints it: parts it lacks count as zero; ABSENT
  * only when it has none. */
-static __always_inline __u64 add(__u64 a, __u64 b)
-{
-	return a == ABSENT ? b : b == ABSENT ? a : a + b;
+static __always_inline __u64 add(__u64 a, __u64 b) {
+  return a == ABSENT ? b : b == ABSENT ? a : a + b;
 }
 
 /* memory.stat through the memcg kfuncs: the same memcg_page_state_output()
  * the text uses, so the units match. */
-static __always_inline void fill_memstat(struct record *r, struct mem_cgroup *m)
-{
-	__u64 *s = r->memstat;
+static __always_inline void fill_memstat(struct record *r,
+                                         struct mem_cgroup *m) {
+  __u64 *s = r->memstat;
 
-	r->flags |= HAS_MEMSTAT;
+  r->flags |= HAS_MEMSTAT;
 #define FILL(key, expr) s[MS_##key] = (expr);
-	MEMSTAT_KEYS(FILL)
+  MEMSTAT_KEYS(FILL)
 #undef FILL
 }
 
 /* Once per pass, at the walk root: later cgroups read flushed state. */
-static __always_inline void flush_at_walk_root(struct cgroup *cgrp)
-{
-	__u32 feat = 0;
+static __always_inline void flush_at_walk_root(struct cgroup *cgrp) {
+  __u32 feat = 0;
 
-	if (kfuncs & KF_CSS_RSTAT_FLUSH) {
-		css_rstat_flush(&cgrp->self);
-		feat |= FEAT_CPU_FLUSH;
-	} else if (kfuncs & KF_CGROUP_RSTAT_FLUSH) {
-		cgroup_rstat_flush(cgrp);
-		feat |= FEAT_CPU_FLUSH;
-	}
-	if (have_memcg_kfuncs()) {
-		struct mem_cgroup *m = bpf_get_mem_cgroup(&cgrp->self);
+  if (kfuncs & KF_CSS_RSTAT_FLUSH) {
+    css_rstat_flush(&cgrp->self);
+    feat |= FEAT_CPU_FLUSH;
+  } else if (kfuncs & KF_CGROUP_RSTAT_FLUSH) {
+    cgroup_rstat_flush(cgrp);
+    feat |= FEAT_CPU_FLUSH;
+  }
+  if (have_memcg_kfuncs()) {
+    struct mem_cgroup *m = bpf_get_mem_cgroup(&cgrp->self);
 
-		feat |= FEAT_MEMCG_KFUNCS;
-		if (m) {
-			bpf_mem_cgroup_flush_stats(m);
-			bpf_put_mem_cgroup(m);
-		}
-	}
-	/* Per-node stats need the memcg flush above. */
-	memory_nodes = 0;
-	if (numa_node_ids && have_memcg_kfuncs() && bpf_ksym_exists(&node_states) &&
-	    have_n_memory() && have_memcg_nodeinfo() && have_lruvec_stats_ptr() &&
-	    have_lruvec_state()) {
-		int n_memory = bpf_core_enum_value(enum node_states___local, N_MEMORY___local);
+    feat |= FEAT_MEMCG_KFUNCS;
+    if (m) {
+      bpf_mem_cgroup_flush_stats(m);
+      bpf_put_mem_cgroup(m);
+    }
+  }
+  /* Per-node stats need the memcg flush above. */
+  memory_nodes = 0;
+  if (numa_node_ids && have_memcg_kfuncs() && bpf_ksym_exists(&node_states) &&
+      have_n_memory() && have_memcg_nodeinfo() && have_lruvec_stats_ptr() &&
+      have_lruvec_state()) {
+    int n_memory =
+        bpf_core_enum_value(enum node_states___local, N_MEMORY___local);
 
-		bpf_probe_read_kernel(&memory_nodes, sizeof(memory_nodes),
-				      &node_states + n_memory * bpf_core_type_size(nodemask_t));
-		feat |= FEAT_NUMA;
-	}
-	features = feat;
+    bpf_probe_read_kernel(&memory_nodes, sizeof(memory_nodes),
+                          &node_states +
+                              n_memory * bpf_core_type_size(nodemask_t));
+    feat |= FEAT_NUMA;
+  }
+  features = feat;
 #define FACT_BIT(fact, ...) | (have_##fact() ? 1ULL << FACT_##fact : 0)
-	facts = 0 KERNEL_FACTS(FACT_BIT);
+  facts = 0 KERNEL_FACTS(FACT_BIT);
 }
 
 /* The next record of the pass, its index in `idx`; NULL past the map's
  * capacity (counted: user space grows the map). */
-static __always_inline struct record *next_record(__u32 *idx)
-{
-	*idx = nr_cgroups++;
-	return bpf_map_lookup_elem(&records, idx);
+static __always_inline struct record *next_record(__u32 *idx) {
+  *idx = nr_cgroups++;
+  return bpf_map_lookup_elem(&records, idx);
 }
 
 /* The cgroup being visited, for the functions below that read it by
@@ -596,37 +607,36 @@ __u64 visit_cgroup;
 /* Every group of the record read by CO-RE (all but memory.stat's), of the
  * cgroup at `visit_cgroup`. A global function: the verifier checks it once,
  * not again for each caller and each step of the walk under RCU. */
-__noinline int fill_groups(struct record *r, __u32 idx)
-{
-	struct cgroup *cgrp = (void *)visit_cgroup;
+__noinline int fill_groups(struct record *r, __u32 idx) {
+  struct cgroup *cgrp = (void *)visit_cgroup;
 
-	if (!r)
-		return 0;
-	r->flags = 0;
-	fill_tree(r, cgrp);
-	fill_cpu(r, cgrp);
-	fill_pids(r, cgrp);
-	fill_cpuset(r, cgrp);
-	fill_memcg(r, idx, cgrp);
-	return 0;
+  if (!r)
+    return 0;
+  r->flags = 0;
+  fill_tree(r, cgrp);
+  fill_cpu(r, cgrp);
+  fill_pids(r, cgrp);
+  fill_cpuset(r, cgrp);
+  fill_memcg(r, idx, cgrp);
+  return 0;
 }
 
 /* Every group of the record. Too big to clear whole: each HAS_* group is
  * written in full when its flag is set, and user space reads nothing else.
  * `css`: the cgroup's own (self) css, a pointer the kfuncs accept. */
-static __always_inline void fill_record(struct record *r, __u32 idx, struct cgroup *cgrp,
-					struct cgroup_subsys_state *css)
-{
-	visit_cgroup = (__u64)cgrp;
-	fill_groups(r, idx);
-	if (have_memcg_kfuncs() && (r->flags & HAS_MEMCG)) {
-		struct mem_cgroup *m = bpf_get_mem_cgroup(css);
+static __always_inline void fill_record(struct record *r, __u32 idx,
+                                        struct cgroup *cgrp,
+                                        struct cgroup_subsys_state *css) {
+  visit_cgroup = (__u64)cgrp;
+  fill_groups(r, idx);
+  if (have_memcg_kfuncs() && (r->flags & HAS_MEMCG)) {
+    struct mem_cgroup *m = bpf_get_mem_cgroup(css);
 
-		if (m) {
-			fill_memstat(r, m);
-			bpf_put_mem_cgroup(m);
-		}
-	}
+    if (m) {
+      fill_memstat(r, m);
+      bpf_put_mem_cgroup(m);
+    }
+  }
 }
 
 /* Cgroups the walk under RCU's first step saw, and put in `walk_ids`.
@@ -640,30 +650,29 @@ __u32 walk_stored;
  * not held up (a write to cgroup.procs waits for one while it holds
  * cgroup_mutex): the live cgroups under `root`, in pre-order, into
  * `walk_ids`. */
-static __always_inline void list_cgroups(struct cgroup *root)
-{
-	struct bpf_iter_css___local it;
-	struct cgroup_subsys_state *pos;
+static __always_inline void list_cgroups(struct cgroup *root) {
+  struct bpf_iter_css___local it;
+  struct cgroup_subsys_state *pos;
 
-	walk_seen = walk_stored = 0;
-	bpf_rcu_read_lock();
-	bpf_iter_css_new(&it, &root->self, WALK_DESCENDANTS_PRE);
-	while ((pos = bpf_iter_css_next(&it))) {
-		__u32 n = walk_seen;
-		__u64 *slot;
+  walk_seen = walk_stored = 0;
+  bpf_rcu_read_lock();
+  bpf_iter_css_new(&it, &root->self, WALK_DESCENDANTS_PRE);
+  while ((pos = bpf_iter_css_next(&it))) {
+    __u32 n = walk_seen;
+    __u64 *slot;
 
-		/* Dead ones are skipped, as the cgroup iterator does. */
-		if (!(pos->flags & CSS_IS_ONLINE))
-			continue;
-		walk_seen = n + 1;
-		slot = bpf_map_lookup_elem(&walk_ids, &n);
-		if (!slot)
-			continue;
-		*slot = BPF_CORE_READ(pos, cgroup, kn, id);
-		walk_stored++;
-	}
-	bpf_iter_css_destroy(&it);
-	bpf_rcu_read_unlock();
+    /* Dead ones are skipped, as the cgroup iterator does. */
+    if (!(pos->flags & CSS_IS_ONLINE))
+      continue;
+    walk_seen = n + 1;
+    slot = bpf_map_lookup_elem(&walk_ids, &n);
+    if (!slot)
+      continue;
+    *slot = BPF_CORE_READ(pos, cgroup, kn, id);
+    walk_stored++;
+  }
+  bpf_iter_css_destroy(&it);
+  bpf_rcu_read_unlock();
 }
 
 /* A pass program in both forms (see the top of this file): `name` and
@@ -676,77 +685,72 @@ static __always_inline void list_cgroups(struct cgroup *root)
  * The walk under RCU lists the cgroups' ids first (list_cgroups), then
  * visits each by id holding a reference, with no lock: a cgroup removed
  * in between is left out, as by a reader walking the directories. */
-#define CGROUP_PASS(name, START, VISIT)                                               \
-	SEC("iter.s/cgroup")                                                          \
-	int name(struct bpf_iter__cgroup *ctx)                                        \
-	{                                                                             \
-		struct cgroup *cgrp = ctx->cgroup;                                    \
-                                                                                      \
-		if (!cgrp)                                                            \
-			return 0;                                                     \
-		if (ctx->meta->seq_num == 0) {                                        \
-			START();                                                      \
-			nr_cgroups = 0;                                               \
-			flush_at_walk_root(cgrp);                                     \
-		}                                                                     \
-		VISIT(cgrp, &cgrp->self);                                             \
-		return 0;                                                             \
-	}                                                                             \
-                                                                                      \
-	static long name##_visit_id(__u64 i, void *stored)                            \
-	{                                                                             \
-		__u32 k = i;                                                          \
-		struct cgroup *cgrp;                                                  \
-		__u64 *id;                                                            \
-                                                                                      \
-		id = bpf_map_lookup_elem(&walk_ids, &k);                              \
-		if (!id)                                                              \
-			return 1;                                                     \
-		cgrp = bpf_cgroup_from_id(*id);                                       \
-		if (!cgrp)                                                            \
-			return 0;                                                     \
-		VISIT(cgrp, &cgrp->self);                                             \
-		bpf_cgroup_release(cgrp);                                             \
-		return 0;                                                             \
-	}                                                                             \
-                                                                                      \
-	SEC("iter.s/task")                                                            \
-	int name##_rcu(struct bpf_iter__task *ctx)                                    \
-	{                                                                             \
-		struct cgroup *root;                                                  \
-                                                                                      \
-		if (!ctx->task)                                                       \
-			return 0;                                                     \
-		START();                                                              \
-		nr_cgroups = 0;                                                       \
-		/* Removed since the load: an empty pass, as the iterator's. */       \
-		root = bpf_cgroup_from_id(walk_root_id);                              \
-		if (!root)                                                            \
-			return 0;                                                     \
-		flush_at_walk_root(root);                                             \
-		list_cgroups(root);                                                   \
-		bpf_cgroup_release(root);                                             \
-		bpf_loop(walk_stored, name##_visit_id, NULL, 0);                      \
-		/* More than the maps hold: user space grows them. */                 \
-		if (walk_seen > walk_stored)                                          \
-			nr_cgroups = walk_seen;                                       \
-		return 0;                                                             \
-	}
+#define CGROUP_PASS(name, START, VISIT)                                        \
+  SEC("iter.s/cgroup")                                                         \
+  int name(struct bpf_iter__cgroup *ctx) {                                     \
+    struct cgroup *cgrp = ctx->cgroup;                                         \
+                                                                               \
+    if (!cgrp)                                                                 \
+      return 0;                                                                \
+    if (ctx->meta->seq_num == 0) {                                             \
+      START();                                                                 \
+      nr_cgroups = 0;                                                          \
+      flush_at_walk_root(cgrp);                                                \
+    }                                                                          \
+    VISIT(cgrp, &cgrp->self);                                                  \
+    return 0;                                                                  \
+  }                                                                            \
+                                                                               \
+  static long name##_visit_id(__u64 i, void *stored) {                         \
+    __u32 k = i;                                                               \
+    struct cgroup *cgrp;                                                       \
+    __u64 *id;                                                                 \
+                                                                               \
+    id = bpf_map_lookup_elem(&walk_ids, &k);                                   \
+    if (!id)                                                                   \
+      return 1;                                                                \
+    cgrp = bpf_cgroup_from_id(*id);                                            \
+    if (!cgrp)                                                                 \
+      return 0;                                                                \
+    VISIT(cgrp, &cgrp->self);                                                  \
+    bpf_cgroup_release(cgrp);                                                  \
+    return 0;                                                                  \
+  }                                                                            \
+                                                                               \
+  SEC("iter.s/task")                                                           \
+  int name##_rcu(struct bpf_iter__task *ctx) {                                 \
+    struct cgroup *root;                                                       \
+                                                                               \
+    if (!ctx->task)                                                            \
+      return 0;                                                                \
+    START();                                                                   \
+    nr_cgroups = 0;                                                            \
+    /* Removed since the load: an empty pass, as the iterator's. */            \
+    root = bpf_cgroup_from_id(walk_root_id);                                   \
+    if (!root)                                                                 \
+      return 0;                                                                \
+    flush_at_walk_root(root);                                                  \
+    list_cgroups(root);                                                        \
+    bpf_cgroup_release(root);                                                  \
+    bpf_loop(walk_stored, name##_visit_id, NULL, 0);                           \
+    /* More than the maps hold: user space grows them. */                      \
+    if (walk_seen > walk_stored)                                               \
+      nr_cgroups = walk_seen;                                                  \
+    return 0;                                                                  \
+  }
 
-static __always_inline void start_full(void)
-{
-}
+static __always_inline void start_full(void) {}
 
 /* FULL: every group of every cgroup. */
-static __noinline int visit_full(struct cgroup *cgrp, struct cgroup_subsys_state *css)
-{
-	struct record *r;
-	__u32 idx;
+static __noinline int visit_full(struct cgroup *cgrp,
+                                 struct cgroup_subsys_state *css) {
+  struct record *r;
+  __u32 idx;
 
-	r = next_record(&idx);
-	if (r)
-		fill_record(r, idx, cgrp, css);
-	return 0;
+  r = next_record(&idx);
+  if (r)
+    fill_record(r, idx, cgrp, css);
+  return 0;
 }
 
 CGROUP_PASS(cgroup_stats, start_full, visit_full)

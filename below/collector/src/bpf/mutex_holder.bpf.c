@@ -18,40 +18,38 @@ __u32 released;
 __u32 timed_out;
 
 /* Until released or past the deadline; false to stop. */
-static __always_inline bool keep_holding(__u64 end)
-{
-	if (*(volatile __u32 *)&released)
-		return false;
-	if (bpf_ktime_get_ns() > end) {
-		timed_out = 1;
-		return false;
-	}
-	return true;
+static __always_inline bool keep_holding(__u64 end) {
+  if (*(volatile __u32 *)&released)
+    return false;
+  if (bpf_ktime_get_ns() > end) {
+    timed_out = 1;
+    return false;
+  }
+  return true;
 }
 
 SEC("iter.s/cgroup")
-int hold(struct bpf_iter__cgroup *ctx)
-{
-	bool go = true;
-	__u64 end;
-	int i, j;
+int hold(struct bpf_iter__cgroup *ctx) {
+  bool go = true;
+  __u64 end;
+  int i, j;
 
-	if (!ctx->cgroup)
-		return 0;
-	end = bpf_ktime_get_ns() + deadline_ns;
-	/* volatile: the store must happen before the loop, not be merged
-	 * with the one after it. */
-	*(volatile __u32 *)&holding = 1;
-	/* A numeric iterator runs at most 2^23 times: one inside another. */
-	bpf_for(j, 0, 1 << 23) {
-		bpf_for(i, 0, 1 << 23) {
-			go = keep_holding(end);
-			if (!go)
-				break;
-		}
-		if (!go)
-			break;
-	}
-	*(volatile __u32 *)&holding = 0;
-	return 0;
+  if (!ctx->cgroup)
+    return 0;
+  end = bpf_ktime_get_ns() + deadline_ns;
+  /* volatile: the store must happen before the loop, not be merged
+   * with the one after it. */
+  *(volatile __u32 *)&holding = 1;
+  /* A numeric iterator runs at most 2^23 times: one inside another. */
+  bpf_for(j, 0, 1 << 23) {
+    bpf_for(i, 0, 1 << 23) {
+      go = keep_holding(end);
+      if (!go)
+        break;
+    }
+    if (!go)
+      break;
+  }
+  *(volatile __u32 *)&holding = 0;
+  return 0;
 }
