@@ -148,3 +148,10 @@ cargo_test_unprivileged() {
 shellcheck_all() {
   (cd "$REPO_ROOT" && { printf 'x\0'; find tests -name '*.sh' -print0; } | xargs -0 shellcheck -x)
 }
+
+# The collector's BPF C in below main's style (its .clang-format): the
+# files the series carries are formatted the way below main's are.
+clang_format_bpf() {
+  install_pkgs clang-format-19
+  (cd "$REPO_ROOT/below/collector/src/bpf" && clang-format-19 --dry-run --Werror ./*.c ./*.h)
+}
