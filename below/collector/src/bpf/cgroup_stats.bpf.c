@@ -253,11 +253,14 @@ static __always_inline __u32 ctrl_mask(__u32 kmask) {
   return m;
 }
 
-/* u16 in 6.1, u32 in 7.x: read as u32. A u16 kernel's high half is
- * subtree_ss_mask, whose bits ctrl_mask() never tests (ids below 16). */
+/* u16 in 6.1, u32 in 7.x: read at the running kernel's size (CO-RE). */
 struct cgroup___local {
   __u32 subtree_control;
 } __attribute__((preserve_access_index));
+
+#define SUBTREE_CONTROL(cgrp)                                                  \
+  ((__u32)BPF_CORE_READ_BITFIELD_PROBED((struct cgroup___local *)(cgrp),       \
+                                        subtree_control))
 
 /* Where the cgroup is in the tree. */
 static __always_inline struct cgroup *fill_place(struct record *r,
@@ -278,13 +281,11 @@ static __always_inline void fill_tree(struct record *r, struct cgroup *cgrp) {
 
   r->nr_descendants = BPF_CORE_READ(cgrp, nr_descendants);
   r->nr_dying_descendants = BPF_CORE_READ(cgrp, nr_dying_descendants);
-  r->subtree_control =
-      ctrl_mask(BPF_CORE_READ((struct cgroup___local *)cgrp, subtree_control));
+  r->subtree_control = ctrl_mask(SUBTREE_CONTROL(cgrp));
   /* cgroup.controllers: what the parent enabled; the root shows its
    * hierarchy's controllers. Threaded cgroups get threaded ones only. */
   if (parent) {
-    control = ctrl_mask(
-        BPF_CORE_READ((struct cgroup___local *)parent, subtree_control));
+    control = ctrl_mask(SUBTREE_CONTROL(parent));
     if (BPF_CORE_READ(cgrp, dom_cgrp) != cgrp)
       control &= (1U << CTRL_cpuset) | (1U << CTRL_cpu) | (1U << CTRL_pids);
   } else {
