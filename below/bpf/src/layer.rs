@@ -61,9 +61,6 @@ use libbpf_rs::ProgramMut;
 /// the kernel wrote.
 pub unsafe trait Pod: Copy {}
 
-// SAFETY: an integer.
-unsafe impl Pod for u64 {}
-
 /// A `T` read from the start of `bytes`; None when too short.
 pub fn read<T: Pod>(bytes: &[u8]) -> Option<T> {
     (bytes.len() >= size_of::<T>())
@@ -72,10 +69,10 @@ pub fn read<T: Pod>(bytes: &[u8]) -> Option<T> {
         .then(|| unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<T>()) })
 }
 
-/// The verifier log's first size; a full log (the kernel cut it) loads
-/// again with one 16 times larger, up to the last.
-const FIRST_LOG_SIZE: usize = 1 << 20;
-const LAST_LOG_SIZE: usize = 256 << 20;
+/// The verifier log's size. Since 6.4 the kernel keeps a log's end when it
+/// does not fit (the verdict is there); older kernels keep its start, and a
+/// failed load then says the log was cut rather than loading again.
+const LOG_SIZE: usize = 4 << 20;
 
 /// Opens the object `elf` (the build's `.bpf.o`) as `name`, lets `setup`
 /// size maps and fill `.rodata`, and loads it. `btf`: CO-RE relocates
@@ -95,31 +92,31 @@ pub fn load(
         .map(|p| CString::new(p.as_os_str().as_bytes()))
         .transpose()
         .context("BTF path with a NUL byte")?;
-    let mut size = FIRST_LOG_SIZE;
-    loop {
-        let mut log = vec![0u8; size];
-        let (loaded, said) =
-            libbpf_says(|| open_and_load(&name, elf, btf.as_deref(), &mut log, &mut setup));
-        let e = match loaded {
-            Ok(obj) => return Ok(obj),
-            Err(Failure::Setup(e)) => return Err(e),
-            Err(Failure::Libbpf(e)) => e,
-        };
-        let len = log.iter().position(|&b| b == 0).unwrap_or(size);
-        if len + 1 < size || size >= LAST_LOG_SIZE {
-            let log = String::from_utf8_lossy(&log[..len]);
-            // libbpf's error stays in the chain for callers to match.
-            // Else libbpf's warnings, cause first ("failed to parse target
-            // BTF" / "failed to perform CO-RE relocations").
-            let why =
-                verifier_verdict(&log).or_else(|| (!said.is_empty()).then(|| said.join(" / ")));
-            return Err(match why {
-                Some(why) => anyhow::Error::new(e).context(why),
-                None => anyhow::Error::new(e),
-            });
-        }
-        size *= 16;
-    }
+    let mut log = vec![0u8; LOG_SIZE];
+    let (loaded, said) =
+        libbpf_says(|| open_and_load(&name, elf, btf.as_deref(), &mut log, &mut setup));
+    let e = match loaded {
+        Ok(obj) => return Ok(obj),
+        Err(Failure::Setup(e)) => return Err(e),
+        Err(Failure::Libbpf(e)) => e,
+    };
+    let len = log.iter().position(|&b| b == 0).unwrap_or(LOG_SIZE);
+    let log = String::from_utf8_lossy(&log[..len]);
+    // libbpf's error stays in the chain for callers to match. Else
+    // libbpf's warnings, cause first ("failed to parse target BTF" /
+    // "failed to perform CO-RE relocations").
+    let why = match verifier_verdict(&log) {
+        Some(verdict) => Some(verdict),
+        None if len + 1 >= LOG_SIZE => Some(format!(
+            "the verifier's log did not fit in {} MiB",
+            LOG_SIZE >> 20
+        )),
+        None => (!said.is_empty()).then(|| said.join(" / ")),
+    };
+    Err(match why {
+        Some(why) => anyhow::Error::new(e).context(why),
+        None => anyhow::Error::new(e),
+    })
 }
 
 thread_local! {
@@ -201,12 +198,13 @@ fn open_and_load(
 
 /// Why the verifier rejected a program: the last two lines of its log
 /// before "processed N insns" (libbpf rewrites a poisoned call into the
-/// CO-RE relocation or kfunc that failed). None when it never ran: libbpf
-/// failed first, and its warnings say why.
+/// CO-RE relocation or kfunc that failed). None when it never ran (libbpf
+/// failed first, and its warnings say why) or the log lost its end.
 fn verifier_verdict(log: &str) -> Option<String> {
+    let end = log.lines().position(|l| l.starts_with("processed "))?;
     let lines: Vec<&str> = log
         .lines()
-        .take_while(|l| !l.starts_with("processed "))
+        .take(end)
         .filter(|l| !l.trim().is_empty())
         .collect();
     (lines.len() >= 2).then(|| lines[lines.len() - 2..].join(" / "))
