@@ -14,6 +14,8 @@ use anyhow::Result;
 use libbpf_rs::MapCore;
 use libbpf_rs::MapFlags;
 use libbpf_rs::MapHandle;
+use libbpf_rs::Object;
+use libbpf_rs::OpenObject;
 
 use super::kernel::LoadConfig;
 use super::layer;
@@ -40,6 +42,9 @@ pub(crate) mod skel {
 include!(concat!(env!("OUT_DIR"), "/rank_contract.rs"));
 
 pub(crate) const OBJECT: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/bstats.bpf.o"));
+
+/// The program's name in the object (its forms: [`Walk::program`]).
+pub(crate) const PROGRAM: &str = "bstats";
 
 /// Its `.data.psi`: what the pass found of pressure.
 use skel::types::data_psi as DataPsi;
@@ -89,23 +94,49 @@ impl ForkLoaded {
         walk: Walk,
         btf: Option<PathBuf>,
     ) -> Result<Self> {
-        let prog = walk.program("bstats");
-        let object = layer::load("bstats", OBJECT, btf.as_deref(), |open| {
-            Loaded::prepare(open, &prog, root, capacity, &config)?;
-            for map in ["wanted", "pressure"] {
-                layer::open_map(open, map)?
-                    .set_max_entries(capacity)
-                    .with_context(|| format!("Failed to size the {map} map"))?;
-            }
-            layer::set_data(open, ".rodata.psi", |r: &mut RodataPsi| {
-                r.nr_cpus = config.cpus as u32;
-            })
+        let prog = walk.program(PROGRAM);
+        let object = layer::load(PROGRAM, OBJECT, btf.as_deref(), |open| {
+            Self::prepare(open, &prog, root, capacity, &config)
         })?;
+        Self::attach(object, &prog, root, capacity, config, walk, btf)
+    }
+
+    /// Before the load of the object: [`Loaded::prepare`] and the fork's
+    /// maps sized for `capacity` records, its constants set.
+    pub(crate) fn prepare(
+        open: &mut OpenObject,
+        prog: &str,
+        root: BorrowedFd,
+        capacity: u32,
+        config: &LoadConfig,
+    ) -> Result<()> {
+        Loaded::prepare(open, prog, root, capacity, config)?;
+        for map in ["wanted", "pressure"] {
+            layer::open_map(open, map)?
+                .set_max_entries(capacity)
+                .with_context(|| format!("Failed to size the {map} map"))?;
+        }
+        layer::set_data(open, ".rodata.psi", |r: &mut RodataPsi| {
+            r.nr_cpus = config.cpus as u32;
+        })
+    }
+
+    /// After the load: attaches `prog` as [`Loaded::attach`]
+    /// does and maps the fork's maps.
+    pub(crate) fn attach(
+        object: Object,
+        prog: &str,
+        root: BorrowedFd,
+        capacity: u32,
+        config: LoadConfig,
+        walk: Walk,
+        btf: Option<PathBuf>,
+    ) -> Result<Self> {
         let wanted = MapHandle::try_from(&layer::map(&object, "wanted")?)?;
         let control = MapHandle::try_from(&layer::map(&object, ".data.rank")?)?;
         let pressure = MapView::new(&layer::map(&object, "pressure")?)?;
         let psi = MapView::new(&layer::map(&object, ".data.psi")?)?;
-        let loaded = Loaded::attach(object, &prog, root, capacity, config, walk, btf)?;
+        let loaded = Loaded::attach(object, prog, root, capacity, config, walk, btf)?;
         Ok(ForkLoaded {
             loaded,
             wanted,
