@@ -1,11 +1,17 @@
 //! The one BPF layer of our programs: `layer`'s items (carried into
 //! below main's cgroupfs as its module `layer`, so only what its reader
 //! uses), and here what only our crates use: a tracepoint probe, names as
-//! strings and CPU clocks.
+//! strings, CPU clocks and what the kernel says of a loaded program.
 
+use std::os::fd::AsFd;
+use std::os::fd::AsRawFd;
 use std::time::Duration;
 
+use anyhow::Context;
+use anyhow::Result;
 use libbpf_rs::btf::types;
+use libbpf_rs::libbpf_sys;
+use libbpf_rs::ProgramMut;
 
 pub use self::layer::*;
 
@@ -44,4 +50,41 @@ pub fn thread_cpu_time() -> Duration {
 /// CPU time of the whole process (all threads), same clock family.
 pub fn process_cpu_time() -> Duration {
     clock(libc::CLOCK_PROCESS_CPUTIME_ID)
+}
+
+/// What the kernel says of a loaded program (its `bpf_prog_info`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ProgInfo {
+    /// Instructions the verifier processed (its log's "processed N
+    /// insns"; `verified_insns`, 5.16+).
+    pub verified_insns: u32,
+    /// BPF instructions after the verifier's rewrites (`xlated_prog_len`
+    /// / 8).
+    pub xlated_insns: u32,
+    /// Bytes of JIT-compiled code (0 without the JIT).
+    pub jited_bytes: u32,
+}
+
+/// Bytes of one BPF instruction.
+const INSN_BYTES: u32 = 8;
+
+/// [`ProgInfo`] of `prog`, loaded. The sizes are 0 to a caller without
+/// CAP_BPF (the kernel hides them).
+pub fn prog_info(prog: &ProgramMut) -> Result<ProgInfo> {
+    let mut info = libbpf_sys::bpf_prog_info::default();
+    let mut len = size_of::<libbpf_sys::bpf_prog_info>() as u32;
+    // SAFETY: `info` is a bpf_prog_info of `len` bytes with no buffer
+    // pointers set: the kernel writes only into it.
+    let ret = unsafe {
+        libbpf_sys::bpf_prog_get_info_by_fd(prog.as_fd().as_raw_fd(), &mut info, &mut len)
+    };
+    if ret != 0 {
+        return Err(std::io::Error::from_raw_os_error(-ret))
+            .context("BPF_OBJ_GET_INFO_BY_FD failed");
+    }
+    Ok(ProgInfo {
+        verified_insns: info.verified_insns,
+        xlated_insns: info.xlated_prog_len / INSN_BYTES,
+        jited_bytes: info.jited_prog_len,
+    })
 }
