@@ -53,6 +53,7 @@ use crate::cgroupfs_ext::MemoryEventsLocal;
 use crate::cgroupfs_ext::MemoryNumaStat;
 use crate::cgroupfs_ext::MemoryStat;
 
+pub use crate::bpf::verifier;
 pub use crate::collector::CgroupCollector;
 pub use crate::collector::Options;
 pub use crate::files::FileSet;

@@ -18,7 +18,9 @@
 //! - `probe`: what this kernel allows, per stat file;
 //! - `decode`: a record's fields as below's types; `fill`: a record into
 //!   a `CgroupSample` (the files the plan gives BPF) and its top-N value;
-//! - `kernel`: what BTF says of this kernel.
+//! - `kernel`: what BTF says of this kernel;
+//! - `verifier`: what the verifier does with each form of both programs
+//!   (`bstats-check verifier`).
 //!
 //! Shared with below main's series (patches/below/reader carries them
 //! verbatim, `tests/upstream/sync.sh --check`): `cgroup_stats.bpf.c`,
@@ -49,6 +51,9 @@ mod probe_test;
 mod program;
 mod protocol;
 mod psi;
+pub mod verifier;
+#[cfg(test)]
+mod verifier_test;
 #[cfg(test)]
 mod walk_test;
 
