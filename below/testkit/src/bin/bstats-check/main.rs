@@ -11,6 +11,7 @@ mod parity;
 mod procs;
 mod psi;
 mod served;
+mod verifier;
 
 use std::path::Path;
 use std::path::PathBuf;
@@ -120,6 +121,16 @@ enum Check {
         #[arg(default_value_t = 10)]
         samples: u32,
     },
+    /// What the BPF verifier does with each form of our programs on this
+    /// kernel (loaded as the backend loads them, LOADS times each): one
+    /// markdown table
+    Verifier {
+        /// The cgroup2 directory the passes walk (default: the mount)
+        #[arg(long, value_name = "CGROUP2_ROOT")]
+        root: Option<PathBuf>,
+        #[arg(long, default_value_t = 5)]
+        loads: usize,
+    },
     /// A process for procs-frozen (re-executed by it)
     #[command(hide = true)]
     ProcsChild(procs::ChildArgs),
@@ -162,6 +173,7 @@ fn main() -> Result<()> {
         Check::ProcsParity { samples } => procs::parity(samples),
         Check::ProcsBench { n, samples } => procs::bench(n, samples),
         Check::ProcsChild(a) => procs::child(a),
+        Check::Verifier { root, loads } => verifier::verifier(root.as_deref(), loads),
     }
 }
 
