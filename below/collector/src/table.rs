@@ -352,8 +352,9 @@ fn build(
     let mut order: Vec<usize> = (1..n).collect();
     let key = |i: usize| (parents[i], names[i], ids[i]);
     order.sort_unstable_by(|&a, &b| key(a).cmp(&key(b)));
-    let (names, renamed) = unique_names(&order, parents, names, ids);
-    if renamed {
+    let names = unique_names(&order, parents, names, ids);
+    // A name made (`#ID`) may sort elsewhere among its siblings.
+    if names.iter().any(|n| matches!(n, Cow::Owned(_))) {
         order.sort_unstable_by(|&a, &b| (parents[a], &names[a]).cmp(&(parents[b], &names[b])));
     }
     let mut start = vec![0; n + 1];
@@ -384,15 +385,15 @@ fn build(
 
 /// `names` as below's tree shows them: of siblings that show alike
 /// (`order` sorts by parent, name, id) the first keeps the name, the others
-/// get `#ID` (`#ID.K` while a sibling has that). Also whether any did.
+/// get `#ID` (`#ID.K` while a sibling has that): the names made are the
+/// owned ones.
 fn unique_names<'a>(
     order: &[usize],
     parents: &[Option<usize>],
     names: &[&'a str],
     ids: &[u64],
-) -> (Vec<Cow<'a, str>>, bool) {
+) -> Vec<Cow<'a, str>> {
     let mut out: Vec<Cow<str>> = names.iter().map(|&s| Cow::Borrowed(s)).collect();
-    let mut renamed = false;
     for w in order.windows(2) {
         let (a, b) = (w[0], w[1]);
         if parents[a] != parents[b] || names[a] != names[b] {
@@ -411,9 +412,8 @@ fn unique_names<'a>(
             k += 1;
         }
         out[b] = Cow::Owned(name);
-        renamed = true;
     }
-    (out, renamed)
+    out
 }
 
 /// A directory's name as below's tree shows it: UTF-8 as it is; otherwise
