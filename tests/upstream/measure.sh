@@ -28,13 +28,16 @@
 #                    and run_cnt from `bpftool prog show -j`) ÷ passes, a
 #                    pass being one run per cgroup in the hierarchy plus the
 #                    iterator's final call with no cgroup (both programs
-#                    return at once there). A cgroup iterator takes
+#                    return at once there); of a task iterator link over
+#                    one thread (the series' walk under RCU), two runs: the
+#                    thread and the final call. A cgroup iterator takes
 #                    cgroup_mutex in seq_start and drops it in seq_stop
 #                    (kernel/bpf/cgroup_iter.c) and runs the program on each
 #                    cgroup in between; neither program writes to the
 #                    seq_file, so one read(2) is the whole walk: the mutex is
 #                    held at least this long per pass (mkdir, rmdir and
-#                    process migrations between cgroups wait on it).
+#                    process migrations between cgroups wait on it); the
+#                    walk under RCU holds no cgroup lock.
 #   map KiB          memlock of the maps those programs use (the fdinfo of
 #                    the recorder's fds), lowest and highest seen, polled
 #                    every 0.5 s: a hash map grows during a pass and shrinks
@@ -156,19 +159,20 @@ fdinfo() {
   done
 }
 
-# progs PID: "run_time_ns run_cnt names map_ids" of the programs PID runs
-# as cgroup iterators (those of its iterator links with target cgroup).
+# progs PID: "run_time_ns run_cnt names map_ids targets" of the programs
+# PID runs as cgroup or task iterators (its iterator links' targets).
 progs() {
-  local id target ns=0 cnt=0 names='' maps='' j
+  local id target ns=0 cnt=0 names='' maps='' targets='' j
   while read -r _ id target; do
-    [ "$target" = cgroup ] || continue
+    [ "$target" = cgroup ] || [ "$target" = task ] || continue
+    targets+="${targets:+,}$target"
     j=$(bpftool prog show id "$id" -j)
     ns=$((ns + $(jq '.run_time_ns // 0' <<< "$j")))
     cnt=$((cnt + $(jq '.run_cnt // 0' <<< "$j")))
     names+="${names:+,}$(jq -r .name <<< "$j")"
     maps+="${maps:+,}$(jq -r '.map_ids // [] | join(",")' <<< "$j")"
   done <<< "$(fdinfo "$1" bpf_link prog_id target_name | sort -u -k2,2n)"
-  echo "$ns $cnt ${names:-none} ,$maps,"
+  echo "$ns $cnt ${names:-none} ,$maps, ${targets:-none}"
 }
 
 # mapfds PID MAP_IDS: PID's fds of the maps in MAP_IDS (",id,id,").
@@ -192,7 +196,7 @@ memlock() {
 # run KEY BIN ROUND: one recorder, one line of results in $work/runs.
 run() {
   local key=$1 bin=$2 dir=$work/$1-$3 n0 n t0 c0 b0 mapfds mem lo hi c1 b1 n1
-  local ns0 cnt0 names0 maps0 ns1 cnt1 names1 maps1
+  local ns0 cnt0 names0 maps0 ns1 cnt1 names1 maps1 targets1
   mkdir -p "$dir"
   printf 'store_dir = "%s"\nlog_dir = "%s"\ncgroup_root = "%s"\nenable_cgroup_bpf = true\n' \
     "$dir/store" "$dir/log" "$cgroot" > "$dir/below.conf"
@@ -208,7 +212,7 @@ run() {
   done
   c0=$(cpu_ticks $rec)
   b0=$(progs $rec)
-  read -r ns0 cnt0 names0 maps0 <<< "$b0"
+  read -r ns0 cnt0 names0 maps0 _ <<< "$b0"
   mapfds=$(mapfds $rec "$maps0")
   # shellcheck disable=SC2086 # one fd a word
   lo=$(memlock $rec $mapfds) hi=$lo
@@ -226,7 +230,7 @@ run() {
   c1=$(cpu_ticks $rec)
   n1=$n
   b1=$(progs $rec)
-  read -r ns1 cnt1 names1 maps1 <<< "$b1"
+  read -r ns1 cnt1 names1 maps1 targets1 <<< "$b1"
   [ "$(mapfds $rec "$maps1")" = "$mapfds" ] || echo "measure: $key: its maps changed in the window" >&2
   kill $rec
   wait $rec || true
@@ -234,8 +238,8 @@ run() {
   [ "$names0" = "$names1" ] || echo "measure: $key: its programs changed in the window ($names0, then $names1)" >&2
   # key round samples cpu_ms passes bpf_ms_per_pass lo_kib hi_kib programs
   awk -v k="$key" -v r="$3" -v s=$((n1 - n0)) -v t=$((c1 - c0)) -v hz="$hz" -v runs=$((cnt1 - cnt0)) \
-      -v w="$walked" -v ns=$((ns1 - ns0)) -v lo="$lo" -v hi="$hi" -v names="$names1" 'BEGIN {
-    p = runs / (w + 1)
+      -v w="$walked" -v ns=$((ns1 - ns0)) -v lo="$lo" -v hi="$hi" -v names="$names1" -v t1="$targets1" 'BEGIN {
+    p = t1 == "task" ? runs / 2 : runs / (w + 1)
     printf "%s %s %d %.1f %.1f %.2f %.0f %.0f %s\n", k, r, s, s ? t * 1000 / hz / s : 0, p,
       p ? ns / p / 1e6 : 0, lo / 1024, hi / 1024, names }' >> "$work/runs"
   tail -n 1 "$work/runs" >&2
@@ -291,8 +295,8 @@ END {
   for (i = 1; i <= runs; i++)
     printf "| %-7s round %d | %7d | %15.1f | %10.1f | %13.2f | %12s | %s |\n", key[i], v[i, 2], v[i, 3], v[i, 4], v[i, 5], v[i, 6],
       v[i, 7] == v[i, 8] ? v[i, 8] : v[i, 7] "-" v[i, 8], v[i, 9]
-  printf "\nMedian (min-max) over the rounds; cgroup_mutex is held at least the BPF time per pass:\n\n"
-  printf "| below main      | CPU ms / sample       | BPF ms / pass (cgroup_mutex held >=) | map KiB seen |\n"
+  printf "\nMedian (min-max) over the rounds; a cgroup iterator holds cgroup_mutex at least the BPF time per pass, the walk under RCU (a task iterator, *_rcu) none:\n\n"
+  printf "| below main      | CPU ms / sample       | BPF ms / pass                        | map KiB seen |\n"
   printf "| --------------- | --------------------: | -----------------------------------: | -----------: |\n"
   printf "| stock           | %21s | %36s | %12s |\n", cell("stock", 4, "%.0f"), cell("stock", 6, "%.2f"), mem("stock")
   printf "| + the series    | %21s | %36s | %12s |\n", cell("patched", 4, "%.0f"), cell("patched", 6, "%.2f"), mem("patched")
