@@ -157,12 +157,15 @@ harness_steps() {
 # each other's workspace crates and rebuild them on every switch.
 target_of() { if [ "$(basename "$1")" = src-stock ]; then echo "$UP/target"; else echo "$UP/target-${1##*/src-}"; fi; }
 
-# Cargo in a tree with the harness environment.
+# Cargo in a tree with the harness environment, --locked: the build fixes
+# bring Cargo.lock up to the manifests (build/0003) and each patch keeps it
+# there, so a patch whose lock is stale fails here instead of being fixed
+# up by cargo.
 ucargo() {
   local dir=$1; shift
   [ "${1:-}" = clean ] || vmlinux_output_of "$dir"
   (cd "$dir" && PATH="$UP/shim:$PATH" LIBCLANG_PATH=$LIBCLANG_DIR CARGO_TARGET_DIR="$(target_of "$dir")" \
-    nice -n 10 cargo "$@" 8>&-) # no orphan rustc keeps the lock
+    nice -n 10 cargo --locked "$@" 8>&-) # no orphan rustc keeps the lock
 }
 
 # below-vmlinux's build output names the headers of the tree that built it,
@@ -195,7 +198,6 @@ upstream_binary() {
   (flock 8; build_variant "$1") 8>"$UP/.lock"
 }
 
-# No --locked: upstream's Cargo.lock is behind its manifests.
 build_variant() {
   local variant=$1 dir bin="$UP/bin/below-main-$1" t0=$SECONDS
   if [ "$variant" = patched ] && [ "$(variant_key patched)" = "$(variant_key stock)" ]; then

@@ -8,8 +8,8 @@
 # enable_cgroup_bpf: its iterator must run, its log must say what BPF serves
 # (6.1: why memory.stat is read from the file) and `below dump cgroup` must
 # agree; upstream's own vmtest parity tests (cgroupfs's cgroup_bpf::tests)
-# run in the 7.3 and 7.2 guests. The series must carry below/collector's
-# files unchanged (sync.sh --check).
+# run in the 7.3, 7.2 and 6.12 guests. The series must carry
+# below/collector's files unchanged (sync.sh --check).
 # --steps (`./x test --full`; a cold run costs ~20 min on 2 cores, so CI
 # leaves it out): instead, each pull request and patch on its own —
 # stock (the build fixes alone) builds and, reading files, dumps what
@@ -78,6 +78,7 @@ check "6.1 guest: no memcg kfuncs, memory.stat read from the file, dumps agree" 
   guest debian-6.1 "cgroup BPF: memory.stat from the file: kernel lacks kfunc"
 check "7.3 guest: upstream's vmtest parity tests" vmtest debian-7.3
 check "7.2 guest: upstream's vmtest parity tests" vmtest debian-7.2
+check "6.12 guest: upstream's vmtest parity tests" vmtest debian-6.12
 # The ~2 GB target dirs serve rebuilds after a series change; drop them in CI
 # (the binaries stay cached in $UP/bin).
 if [ "${CI:-}" = true ]; then rm -rf "$UP/target" "$UP"/target-*; fi

@@ -100,12 +100,16 @@ case "${1:-}" in
     pr_patches "$READER_SERIES" | xargs -r rm -f
     cp "$out"/*.patch "$READER_SERIES/"
     # Each cover letter's shortlog and diffstat as git writes them for its
-    # pull request (the text above them is written by hand).
+    # pull request (the text above them is written by hand). The shortlog
+    # starts at its "AUTHOR (N):" line, whoever the author is (the
+    # patches' "Below Dev" is a placeholder: patches/below/README.md), and
+    # ends before the cover letter's "-- ".
     for pr in "$BUILD_SERIES pristine..$base" "$READER_SERIES $base..HEAD"; do
       read -r dir range <<<"$pr"
       cover=$dir/0000-cover-letter.patch
-      { sed '/^Below Dev (/,$d' "$cover"
-        ugit -C "$tree" format-patch --cover-letter --stdout "$range" | sed -n '/^Below Dev (/,/^-- $/p' | sed '$d'
+      { awk '/^[^ ].* \([0-9]+\):$/ { exit } { print }' "$cover"
+        ugit -C "$tree" format-patch --cover-letter --stdout "$range" \
+          | awk 'done { next } /^[^ ].* \([0-9]+\):$/ { on = 1 } on && /^-- $/ { done = 1 } on && !done'
         printf 'base-commit: %s\n-- \n2.39.5\n' "$UPSTREAM_COMMIT"
       } >"$tree/cover" && mv "$tree/cover" "$cover"
     done
