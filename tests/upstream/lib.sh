@@ -145,11 +145,19 @@ harness_steps() {
   grep -q '^vmtest = ' "$f" || sed -i '/^\[features\]/a vmtest = []' "$f"
   # bindgen's `static` feature links libclang.a, which Debian does not ship.
   # (The series drops cgroupfs's bindgen: then there is nothing to switch.)
+  # `runtime` turns on clang-sys's optional libloading, which enters the
+  # lock: cargo adds it (the one unlocked cargo here), and must change
+  # nothing else in the lock (the builds are --locked).
   if grep -q '^bindgen = ' "$f"; then
     grep -q '^bindgen = .*"static"' "$f" || die "harness: no bindgen \"static\" feature in $f"
     sed -i '/^bindgen = /s/"static"/"runtime"/' "$f"
+    (cd "$dir" && cargo metadata --format-version 1 >/dev/null) || die "harness: cargo metadata failed in $dir"
+    case "$(git -C "$dir" diff --numstat -- Cargo.lock | cut -f2)" in
+      "" | 0) ;;
+      *) git -C "$dir" diff -- Cargo.lock >&2; die "harness: bindgen's runtime feature changed more than it adds to $dir/Cargo.lock" ;;
+    esac
   fi
-  ugit -C "$dir" commit -q -a -m "harness: declare cgroupfs's vmtest feature; bindgen runtime, not static (Debian ships no libclang.a)"
+  ugit -C "$dir" commit -q -a -m "harness: declare cgroupfs's vmtest feature; bindgen runtime, not static (Debian ships no libclang.a), with what that adds to Cargo.lock"
 }
 
 # The target dir of a tree. One per tree: cargo hashes path crates by their

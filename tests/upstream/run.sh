@@ -40,6 +40,10 @@ binaries() {
 
 # guest KERNEL LOG_LINE: the frozen-tree check of guest.sh in KERNEL.
 guest() {
+  # A failed build leaves them unset: this check fails, the others run.
+  if [ -z "${files_bin:-}" ] || [ -z "${patched:-}" ]; then
+    log "no below main binaries: their build failed"; return 1
+  fi
   install_pkgs bpftool
   "$REPO_ROOT/tests/vm/run.sh" --kernel "$1" --timeout 600 \
     --add "$files_bin:/below-files" --add "$patched:/below-patched" --add "$CHECK_BIN:/bstats-check" \
