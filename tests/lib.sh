@@ -48,7 +48,7 @@ tally_summary() {
 
 # ---- packages -----------------------------------------------------------------
 # What building and testing needs, by purpose.
-PKGS_BUILD=(clang-19 llvm-19 libelf-dev zlib1g-dev pkg-config make)
+PKGS_BUILD=(clang-19 llvm-19 libclang1-19 libelf-dev zlib1g-dev pkg-config make)
 PKGS_TEST=(tmux util-linux python3 shellcheck dpkg-dev binutils strace lsb-release jq openssl)
 # The metrics suite: a real Prometheus (and promtool), remote-write target,
 # certificates and bcrypt hashes for the web config.

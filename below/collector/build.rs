@@ -1,56 +1,50 @@
-//! Compiles the BPF cgroup iterator, generates its libbpf-rs skeleton (the
-//! record layout), and hands the tables of `cgroup_stats.h` to Rust: all
-//! of them to the contract, the key lists also to the text parsers. The
-//! same for the fork's program (bstats.bpf.c, which includes the iterator),
-//! its pressure (`cgroup_psi.h`) and its pass modes (`cgroup_rank.h`).
+//! Compiles the BPF cgroup iterator and the fork's program that includes
+//! it (bstats.bpf.c), with their libbpf-rs skeletons, and generates the
+//! Rust of their headers with bindgen: cgroup_stats.h's record, enums and
+//! constants as below main's build.rs does (`cgroup_stats_h.rs`), and the
+//! fork's pressure and pass modes (`cgroup_psi.h`, `cgroup_rank.h`:
+//! `bstats_h.rs`).
 //!
 //! The BPF compiler and its flags: bstats-bpf-build.
 
 use std::env;
+use std::path::Path;
 use std::path::PathBuf;
 
 const HEADER: &str = "src/bpf/cgroup_stats.h";
-const RANK_HEADER: &str = "src/bpf/cgroup_rank.h";
-const PSI_HEADER: &str = "src/bpf/cgroup_psi.h";
+const FORK_HEADERS: [&str; 2] = ["src/bpf/cgroup_psi.h", "src/bpf/cgroup_rank.h"];
 
-include!("src/bpf/contract_gen.rs");
-
-/// The lists whose keys the text parsers also look up (src/parse/keys.rs).
-const TEXT_KEY_LISTS: &[&str] = &["memstat_keys!", "memcg_events!", "numa_items!"];
+/// bindgen as below main's build.rs runs it; `headers` after `context` are
+/// parsed together, the items of `headers` kept.
+fn bindings(context: &[&str], headers: &[&str], out: &Path) {
+    let mut builder = bindgen::Builder::default()
+        .derive_default(true)
+        .prepend_enum_name(false);
+    for h in context.iter().chain(headers) {
+        builder = builder.header(*h);
+        println!("cargo:rerun-if-changed={h}");
+    }
+    if !context.is_empty() {
+        for h in headers {
+            builder = builder.allowlist_file(format!(".*{h}"));
+        }
+    }
+    builder
+        .generate()
+        .unwrap_or_else(|e| panic!("bindgen of {headers:?}: {e}"))
+        .write_to_file(out)
+        .expect("writing the bindings");
+}
 
 fn main() {
-    // cgroup_psi.bpf.c: included by bstats.bpf.c only.
-    for f in [
-        HEADER,
-        RANK_HEADER,
-        PSI_HEADER,
-        "src/bpf/cgroup_psi.bpf.c",
-        "src/bpf/contract_gen.rs",
-    ] {
-        println!("cargo:rerun-if-changed={f}");
-    }
     let out_dir = PathBuf::from(env::var_os("OUT_DIR").expect("OUT_DIR is set by cargo"));
-    let header = std::fs::read_to_string(HEADER).expect("reading the contract header");
-    let read = |path| std::fs::read_to_string(path).expect("reading a contract header");
-    let rank = contract(RANK_HEADER, &read(RANK_HEADER));
-    let psi = contract(PSI_HEADER, &read(PSI_HEADER));
-    let contract = contract(HEADER, &header);
-    let text_keys: String = contract
-        .lines()
-        .filter(|l| TEXT_KEY_LISTS.iter().any(|list| l.starts_with(list)))
-        .map(|l| format!("{l}\n"))
-        .collect();
-    for (file, rust) in [
-        ("contract.rs", &contract),
-        ("text_keys.rs", &text_keys),
-        ("rank_contract.rs", &rank),
-        ("psi_contract.rs", &psi),
-    ] {
-        std::fs::write(out_dir.join(file), rust).expect("writing the generated contract");
-    }
+    bindings(&[], &[HEADER], &out_dir.join("cgroup_stats_h.rs"));
+    bindings(&[HEADER], &FORK_HEADERS, &out_dir.join("bstats_h.rs"));
+    // cgroup_psi.bpf.c: included by bstats.bpf.c only.
+    println!("cargo:rerun-if-changed=src/bpf/cgroup_psi.bpf.c");
 
-    // The object is loaded from its bytes, and read by the contract test
-    // (its BTF).
+    // The object is loaded from its bytes (the skeletons give the types of
+    // its data sections).
     bstats_bpf_build::build_program("src/bpf", "cgroup_stats");
     bstats_bpf_build::build_program("src/bpf", "bstats");
     // Tests only: what holds cgroup_mutex while the pass runs (walk_test.rs).

@@ -30,7 +30,7 @@ HARNESS_VERSION=3
 # the Rust in its cgroup_bpf module, the BPF layer as its module `layer`).
 shared_files() {
   local f
-  for f in cgroup_stats.bpf.c cgroup_stats.h contract_gen.rs; do
+  for f in cgroup_stats.bpf.c cgroup_stats.h; do
     echo "below/collector/src/bpf/$f below/cgroupfs/src/bpf/$f"
   done
   for f in contract.rs contract/tests.rs decode.rs decode/tests.rs kernel.rs load.rs; do

@@ -18,9 +18,6 @@ struct {
   __uint(max_entries, 1);
 } pressure SEC(".maps");
 
-/* See cgroup_psi.h. */
-struct psi_contract psi_contract SEC(".data.psi");
-
 #define PSI_COUNT_FLAG(name) +1
 _Static_assert(0 HAS_FLAGS(PSI_COUNT_FLAG) <= HAS_PSI_BIT,
                "cgroup_stats.h's HAS_FLAGS reach the pressure bits");

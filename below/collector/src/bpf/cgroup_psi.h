@@ -51,18 +51,11 @@ enum psi_has {
  * from: avg[] (11 fraction bits), avg_total[], avg_last_update and
  * avg_next_update (sched_clock ns). */
 struct pressure {
-  __u64 total_ns[NR_PSI_ROWS];
-  __u64 avg[NR_PSI_ROWS][3];
-  __u64 avg_total_ns[NR_PSI_ROWS];
-  __u64 avg_last_update;
-  __u64 avg_next_update;
-};
-
-/* Never read: puts the enums into the object's BTF (see cgroup_stats.h). */
-struct psi_contract {
-  enum psi_row row;
-  enum psi_feat_flag feat;
-  enum psi_has has;
+  unsigned long long total_ns[NR_PSI_ROWS];
+  unsigned long long avg[NR_PSI_ROWS][3];
+  unsigned long long avg_total_ns[NR_PSI_ROWS];
+  unsigned long long avg_last_update;
+  unsigned long long avg_next_update;
 };
 
 #endif /* CGROUP_PSI_H */

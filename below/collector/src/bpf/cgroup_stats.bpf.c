@@ -96,8 +96,6 @@ const volatile __u64 walk_root_id;
  * items sits in lruvec_stats.state[]; the loader checked the layout. */
 const volatile __u32 numa_node_ids;
 const volatile __u32 numa_idx[NR_NUMA_STATS];
-/* See cgroup_stats.h. */
-struct contract contract;
 
 /* Not in BTF (only per-CPU variables are): resolved from kallsyms. */
 extern const void node_states __ksym __weak;
@@ -220,7 +218,7 @@ enum node_states___local { N_MEMORY___local };
 
 /* have_<fact>(): a constant once libbpf relocated it, so the verifier
  * drops the reads of what this kernel lacks (libbpf poisons them). */
-#define HAVE_FN(fact, kind, type, name, ...)                                   \
+#define HAVE_FN(fact, kind, type, name)                                        \
   static __always_inline bool have_##fact(void) {                              \
     return HAVE_##kind(type, name);                                            \
   }

@@ -17,15 +17,14 @@
  * writes per cgroup and the tables that give the record's slots and bits
  * their meaning.
  *
- * Each table is one X-macro list, `#define NAME(X) X(entry, args…) …`: C
- * builds its enums and fill code from it, and build.rs hands the same list
- * to Rust (`name! { (entry, args…) … }`, see contract.rs), so the
- * two sides cannot drift. Plain `#define NAME <integer>` constants are
- * handed over too. The record's layout reaches Rust through the libbpf-rs
- * skeleton, and the enums below are in the object's BTF (`contract` in
- * cgroup_stats.bpf.c), where a unit test checks them against Rust.
- * Every record field is u64-aligned so both sides agree without packing
- * rules.
+ * Each table is one X-macro list, `#define NAME(X) X(entry, args...) ...`,
+ * from which C builds an enum and its fill code. Rust gets the record, the
+ * enums and the integer constants through bindgen (build.rs; fbcode's
+ * rust_bindgen_library), and lists the entries it needs by their enum
+ * constants, which the compiler checks are the enum's, in its order, every
+ * one (contract.rs). The header parses on its own (plain C integer
+ * types), for bindgen. Every record field is u64-aligned
+ * so both sides agree without packing rules.
  */
 #ifndef CGROUP_STATS_H
 #define CGROUP_STATS_H
@@ -94,61 +93,47 @@ enum ctrl_bit { CONTROLLERS(CTRL_ENUM) NR_CTRL };
 
 /* What the program reads beyond the basics every kernel with cgroup
  * iterators has, as kernel config and version make it come and go:
- * X(fact, KIND, type, name, "files"). The program checks each by CO-RE
- * before reading through it and reports the ones this kernel has (global
- * `facts`, bit = position in the list); user space sends the files (names,
- * space-separated) to plain read where one is missing. KIND: FIELD, member
+ * X(fact, KIND, type, name). The program checks each by CO-RE before
+ * reading through it and reports the ones this kernel has (global `facts`,
+ * bit FACT_fact); user space sends the files that need a missing one to
+ * plain read (contract.rs says which). KIND: FIELD, member
  * `name` of struct `type` (C reads it through the flavor type___local);
  * CPUMASK, the same as a cpumask_var_t in either of its shapes; ENUMVAL,
  * value `name` of enum `type` (flavor type___local, name___local). */
 #define KERNEL_FACTS(X)                                                        \
-  X(cpu_ctrl, ENUMVAL, cgroup_subsys_id, cpu_cgrp_id, "cpu.weight cpu.max")    \
-  X(cpu_shares, FIELD, task_group, shares, "cpu.weight")                       \
-  X(cpu_bandwidth, FIELD, task_group, cfs_bandwidth, "cpu.max cpu.stat")       \
-  X(cfs_period, FIELD, cfs_bandwidth, period, "cpu.max")                       \
-  X(cfs_quota, FIELD, cfs_bandwidth, quota, "cpu.max")                         \
-  X(cfs_nr_periods, FIELD, cfs_bandwidth, nr_periods, "cpu.stat")              \
-  X(cfs_nr_throttled, FIELD, cfs_bandwidth, nr_throttled, "cpu.stat")          \
-  X(cfs_throttled_time, FIELD, cfs_bandwidth, throttled_time, "cpu.stat")      \
-  X(pids_ctrl, ENUMVAL, cgroup_subsys_id, pids_cgrp_id,                        \
-    "pids.current pids.max")                                                   \
-  X(pids_counter, FIELD, pids_cgroup, counter, "pids.current")                 \
-  X(pids_limit, FIELD, pids_cgroup, limit, "pids.max")                         \
-  X(cpuset_ctrl, ENUMVAL, cgroup_subsys_id, cpuset_cgrp_id,                    \
-    "cpuset.cpus cpuset.cpus.effective cpuset.mems cpuset.mems.effective")     \
-  X(cpuset_cpus, CPUMASK, cpuset, cpus_allowed, "cpuset.cpus")                 \
-  X(cpuset_cpus_effective, CPUMASK, cpuset, effective_cpus,                    \
-    "cpuset.cpus.effective")                                                   \
-  X(cpuset_mems, FIELD, cpuset, mems_allowed, "cpuset.mems")                   \
-  X(cpuset_mems_effective, FIELD, cpuset, effective_mems,                      \
-    "cpuset.mems.effective")                                                   \
-  X(memory_ctrl, ENUMVAL, cgroup_subsys_id, memory_cgrp_id,                    \
-    "memory.current memory.stat memory.swap.current memory.min memory.low "    \
-    "memory.high memory.max memory.swap.max memory.zswap.max "                 \
-    "memory.zswap.writeback "                                                  \
-    "memory.events memory.events.local memory.numa_stat")                      \
-  X(memcg_memory, FIELD, mem_cgroup, memory,                                   \
-    "memory.current memory.min memory.low memory.high memory.max")             \
-  X(memcg_swap, FIELD, mem_cgroup, swap,                                       \
-    "memory.swap.current memory.swap.max")                                     \
-  X(memcg_zswap_max, FIELD, mem_cgroup, zswap_max, "memory.zswap.max")         \
-  X(memcg_zswap_writeback, FIELD, mem_cgroup, zswap_writeback,                 \
-    "memory.zswap.writeback")                                                  \
-  X(page_counter_usage, FIELD, page_counter, usage,                            \
-    "memory.current memory.swap.current")                                      \
-  X(page_counter_min, FIELD, page_counter, min, "memory.min")                  \
-  X(page_counter_low, FIELD, page_counter, low, "memory.low")                  \
-  X(page_counter_high, FIELD, page_counter, high, "memory.high")               \
-  X(page_counter_max, FIELD, page_counter, max, "memory.max memory.swap.max")  \
-  X(memcg_events, FIELD, mem_cgroup, memory_events, "memory.events")           \
-  X(memcg_events_local, FIELD, mem_cgroup, memory_events_local,                \
-    "memory.events.local")                                                     \
-  X(memcg_nodeinfo, FIELD, mem_cgroup, nodeinfo, "memory.numa_stat")           \
-  X(lruvec_stats_ptr, FIELD, mem_cgroup_per_node, lruvec_stats,                \
-    "memory.numa_stat")                                                        \
-  X(lruvec_state, FIELD, lruvec_stats, state, "memory.numa_stat")              \
-  X(n_memory, ENUMVAL, node_states, N_MEMORY, "memory.numa_stat")
-#define FACT_ENUM(fact, kind, type, name, files) FACT_##fact,
+  X(cpu_ctrl, ENUMVAL, cgroup_subsys_id, cpu_cgrp_id)                          \
+  X(cpu_shares, FIELD, task_group, shares)                                     \
+  X(cpu_bandwidth, FIELD, task_group, cfs_bandwidth)                           \
+  X(cfs_period, FIELD, cfs_bandwidth, period)                                  \
+  X(cfs_quota, FIELD, cfs_bandwidth, quota)                                    \
+  X(cfs_nr_periods, FIELD, cfs_bandwidth, nr_periods)                          \
+  X(cfs_nr_throttled, FIELD, cfs_bandwidth, nr_throttled)                      \
+  X(cfs_throttled_time, FIELD, cfs_bandwidth, throttled_time)                  \
+  X(pids_ctrl, ENUMVAL, cgroup_subsys_id, pids_cgrp_id)                        \
+  X(pids_counter, FIELD, pids_cgroup, counter)                                 \
+  X(pids_limit, FIELD, pids_cgroup, limit)                                     \
+  X(cpuset_ctrl, ENUMVAL, cgroup_subsys_id, cpuset_cgrp_id)                    \
+  X(cpuset_cpus, CPUMASK, cpuset, cpus_allowed)                                \
+  X(cpuset_cpus_effective, CPUMASK, cpuset, effective_cpus)                    \
+  X(cpuset_mems, FIELD, cpuset, mems_allowed)                                  \
+  X(cpuset_mems_effective, FIELD, cpuset, effective_mems)                      \
+  X(memory_ctrl, ENUMVAL, cgroup_subsys_id, memory_cgrp_id)                    \
+  X(memcg_memory, FIELD, mem_cgroup, memory)                                   \
+  X(memcg_swap, FIELD, mem_cgroup, swap)                                       \
+  X(memcg_zswap_max, FIELD, mem_cgroup, zswap_max)                             \
+  X(memcg_zswap_writeback, FIELD, mem_cgroup, zswap_writeback)                 \
+  X(page_counter_usage, FIELD, page_counter, usage)                            \
+  X(page_counter_min, FIELD, page_counter, min)                                \
+  X(page_counter_low, FIELD, page_counter, low)                                \
+  X(page_counter_high, FIELD, page_counter, high)                              \
+  X(page_counter_max, FIELD, page_counter, max)                                \
+  X(memcg_events, FIELD, mem_cgroup, memory_events)                            \
+  X(memcg_events_local, FIELD, mem_cgroup, memory_events_local)                \
+  X(memcg_nodeinfo, FIELD, mem_cgroup, nodeinfo)                               \
+  X(lruvec_stats_ptr, FIELD, mem_cgroup_per_node, lruvec_stats)                \
+  X(lruvec_state, FIELD, lruvec_stats, state)                                  \
+  X(n_memory, ENUMVAL, node_states, N_MEMORY)
+#define FACT_ENUM(fact, kind, type, name) FACT_##fact,
 enum fact_bit { KERNEL_FACTS(FACT_ENUM) NR_FACTS };
 
 /* memory.stat keys below keeps: record.memstat[MS_key], filled with the
@@ -213,38 +198,38 @@ enum memstat_slot { MEMSTAT_KEYS(MS_ENUM) NR_MS };
 
 /* memory.numa_stat lines below keeps: numa_row.v[NUMA_key] of a record's
  * row for a node (map `numa`, see struct numa_row) holds the raw
- * lruvec_stats.state[] value of `enum node_stat_item` ITEM, which
- * user space scales by UNIT (Page, KiB, or One: bytes or counts). User
- * space finds each item's index (rodata numa_idx). */
+ * lruvec_stats.state[] value of the `enum node_stat_item` item contract.rs
+ * names for the key, at the index user space found for it in the running
+ * kernel (rodata numa_idx); user space scales it by the item's unit. */
 #define NUMA_ITEMS(X)                                                          \
-  X(anon, NR_ANON_MAPPED, Page)                                                \
-  X(file, NR_FILE_PAGES, Page)                                                 \
-  X(kernel_stack, NR_KERNEL_STACK_KB, KiB)                                     \
-  X(pagetables, NR_PAGETABLE, Page)                                            \
-  X(shmem, NR_SHMEM, Page)                                                     \
-  X(file_mapped, NR_FILE_MAPPED, Page)                                         \
-  X(file_dirty, NR_FILE_DIRTY, Page)                                           \
-  X(file_writeback, NR_WRITEBACK, Page)                                        \
-  X(swapcached, NR_SWAPCACHE, Page)                                            \
-  X(anon_thp, NR_ANON_THPS, Page)                                              \
-  X(file_thp, NR_FILE_THPS, Page)                                              \
-  X(shmem_thp, NR_SHMEM_THPS, Page)                                            \
-  X(inactive_anon, NR_INACTIVE_ANON, Page)                                     \
-  X(active_anon, NR_ACTIVE_ANON, Page)                                         \
-  X(inactive_file, NR_INACTIVE_FILE, Page)                                     \
-  X(active_file, NR_ACTIVE_FILE, Page)                                         \
-  X(unevictable, NR_UNEVICTABLE, Page)                                         \
-  X(slab_reclaimable, NR_SLAB_RECLAIMABLE_B, One)                              \
-  X(slab_unreclaimable, NR_SLAB_UNRECLAIMABLE_B, One)                          \
-  X(hugetlb, NR_HUGETLB, Page)                                                 \
-  X(workingset_refault_anon, WORKINGSET_REFAULT_ANON, One)                     \
-  X(workingset_refault_file, WORKINGSET_REFAULT_FILE, One)                     \
-  X(workingset_activate_anon, WORKINGSET_ACTIVATE_ANON, One)                   \
-  X(workingset_activate_file, WORKINGSET_ACTIVATE_FILE, One)                   \
-  X(workingset_restore_anon, WORKINGSET_RESTORE_ANON, One)                     \
-  X(workingset_restore_file, WORKINGSET_RESTORE_FILE, One)                     \
-  X(workingset_nodereclaim, WORKINGSET_NODERECLAIM, One)
-#define NUMA_ENUM(key, item, unit) NUMA_##key,
+  X(anon)                                                                      \
+  X(file)                                                                      \
+  X(kernel_stack)                                                              \
+  X(pagetables)                                                                \
+  X(shmem)                                                                     \
+  X(file_mapped)                                                               \
+  X(file_dirty)                                                                \
+  X(file_writeback)                                                            \
+  X(swapcached)                                                                \
+  X(anon_thp)                                                                  \
+  X(file_thp)                                                                  \
+  X(shmem_thp)                                                                 \
+  X(inactive_anon)                                                             \
+  X(active_anon)                                                               \
+  X(inactive_file)                                                             \
+  X(active_file)                                                               \
+  X(unevictable)                                                               \
+  X(slab_reclaimable)                                                          \
+  X(slab_unreclaimable)                                                        \
+  X(hugetlb)                                                                   \
+  X(workingset_refault_anon)                                                   \
+  X(workingset_refault_file)                                                   \
+  X(workingset_activate_anon)                                                  \
+  X(workingset_activate_file)                                                  \
+  X(workingset_restore_anon)                                                   \
+  X(workingset_restore_file)                                                   \
+  X(workingset_nodereclaim)
+#define NUMA_ENUM(key) NUMA_##key,
 enum numa_item { NUMA_ITEMS(NUMA_ENUM) NR_NUMA_STATS };
 
 /* memory.events keys: record.events[EV_key] and .events_local[EV_key]
@@ -260,51 +245,51 @@ enum numa_item { NUMA_ITEMS(NUMA_ENUM) NR_NUMA_STATS };
 enum memcg_event { MEMCG_EVENTS(EV_ENUM) NR_EVENTS };
 
 struct record {
-  __u64 id;
-  __u64 parent_id;
-  __u32 level;
-  __u32 flags;
-  __u32 controllers;
-  __u32 subtree_control;
-  __u32 nr_descendants;
-  __u32 nr_dying_descendants;
+  unsigned long long id;
+  unsigned long long parent_id;
+  unsigned int level;
+  unsigned int flags;
+  unsigned int controllers;
+  unsigned int subtree_control;
+  unsigned int nr_descendants;
+  unsigned int nr_dying_descendants;
   /* cpu.stat: raw ns; user/system are scaled in user space */
-  __u64 usage_ns;
-  __u64 utime_ns;
-  __u64 stime_ns;
-  __u64 prev_utime_ns;
-  __u64 prev_stime_ns;
-  __u64 nr_periods;
-  __u64 nr_throttled;
-  __u64 throttled_ns;
+  unsigned long long usage_ns;
+  unsigned long long utime_ns;
+  unsigned long long stime_ns;
+  unsigned long long prev_utime_ns;
+  unsigned long long prev_stime_ns;
+  unsigned long long nr_periods;
+  unsigned long long nr_throttled;
+  unsigned long long throttled_ns;
   /* cpu.weight (tg_weight, unscaled), cpu.max (ns, quota ABSENT = max) */
-  __u64 weight;
-  __u64 quota_ns;
-  __u64 period_ns;
+  unsigned long long weight;
+  unsigned long long quota_ns;
+  unsigned long long period_ns;
   /* pids */
-  __u64 pids_current;
-  __u64 pids_limit;
+  unsigned long long pids_current;
+  unsigned long long pids_limit;
   /* memory: page counters in pages */
-  __u64 mem_usage;
-  __u64 swap_usage;
-  __u64 mem_min;
-  __u64 mem_low;
-  __u64 mem_high;
-  __u64 mem_max;
-  __u64 swap_max;
-  __u64 zswap_max;
+  unsigned long long mem_usage;
+  unsigned long long swap_usage;
+  unsigned long long mem_min;
+  unsigned long long mem_low;
+  unsigned long long mem_high;
+  unsigned long long mem_max;
+  unsigned long long swap_max;
+  unsigned long long zswap_max;
   /* memory.zswap.writeback: 0 or 1, ABSENT where the kernel has none */
-  __u64 zswap_writeback;
+  unsigned long long zswap_writeback;
   /* memory.oom.group: 0 or 1 */
-  __u64 mem_oom_group;
-  __u64 events[NR_EVENTS];
-  __u64 events_local[NR_EVENTS];
-  __u64 memstat[NR_MS];
+  unsigned long long mem_oom_group;
+  unsigned long long events[NR_EVENTS];
+  unsigned long long events_local[NR_EVENTS];
+  unsigned long long memstat[NR_MS];
   /* cpuset */
-  __u64 cpus[CPU_WORDS];
-  __u64 cpus_effective[CPU_WORDS];
-  __u64 mems;
-  __u64 mems_effective;
+  unsigned long long cpus[CPU_WORDS];
+  unsigned long long cpus_effective[CPU_WORDS];
+  unsigned long long mems;
+  unsigned long long mems_effective;
   char name[256];
 };
 
@@ -314,20 +299,7 @@ struct record {
  * so the record map does not pin a table for NUMA_NODES nodes per cgroup
  * (1.6 KiB, over half a record) on machines with one or two nodes. */
 struct numa_row {
-  __u64 v[NR_NUMA_STATS];
-};
-
-/* Never read: puts every table's enum into the object's BTF (clang emits
- * the types of globals only), where the contract test finds them. */
-struct contract {
-  enum has_flag has;
-  enum feat_flag feat;
-  enum kf_flag kf;
-  enum ctrl_bit ctrl;
-  enum memstat_slot memstat;
-  enum numa_item numa;
-  enum memcg_event event;
-  enum fact_bit fact;
+  unsigned long long v[NR_NUMA_STATS];
 };
 
 #endif

@@ -12,28 +12,37 @@
 // See the License for the specific language governing permissions and
 // limitations under the License.
 
-//! The contract with the BPF program, all generated from cgroup_stats.h:
-//! the record layout through the libbpf-rs skeleton, the tables through
-//! build.rs, which hands each X-macro list to the macro of the same name
-//! below (`memstat_keys! { (anon, <C source>) ... }`). The test at the end
-//! checks the enums C compiled into the object against these tables.
+//! The contract with the BPF program. cgroup_stats.h is its one source:
+//! bindgen turns its record, enums and constants into Rust (build.rs, as
+//! below main's; fbcode: rust_bindgen_library), and the lists below name
+//! each entry of a C list by its enum constant. The compiler checks each
+//! list against C (every constant once, in the enum's order, named after
+//! its key), so neither side can change alone.
 
 use crate::MemoryEvents;
 use crate::MemoryEventsLocal;
 use crate::MemoryNumaStat;
 use crate::MemoryStat;
 
-// The skeleton, the compiled object and the tables (at the end) are
-// build.rs's output in the open-source build; fbcode builds them with buck:
-// the skeleton as the crate `cgroup_stats`, the other two as the files its
-// rule names in CGROUP_STATS_BPF_O and CGROUP_STATS_CONTRACT.
+// fbcode builds the skeleton (the types of the object's data sections),
+// the bindings and the object with buck: the crates `cgroup_stats` and
+// `cgroup_stats_h`, the object at CGROUP_STATS_BPF_O; the open-source build
+// has build.rs write them to OUT_DIR.
 #[cfg(fbcode_build)]
 pub(crate) use ::cgroup_stats as skel;
+#[cfg(fbcode_build)]
+use ::cgroup_stats_h as h;
 // libbpf-cargo's output: its unwrap()s are not ours to change.
 #[cfg(not(fbcode_build))]
 #[allow(clippy::unwrap_used)]
 pub(crate) mod skel {
     include!(concat!(env!("OUT_DIR"), "/cgroup_stats.skel.rs"));
+}
+// bindgen's output, with the lints rust_bindgen_library allows.
+#[cfg(not(fbcode_build))]
+#[allow(non_camel_case_types, non_upper_case_globals, dead_code, clippy::all)]
+mod h {
+    include!(concat!(env!("OUT_DIR"), "/cgroup_stats_h.rs"));
 }
 
 /// The compiled BPF object: what is loaded, and its BTF.
@@ -42,38 +51,216 @@ pub(crate) const OBJECT: &[u8] = include_bytes!(env!("CGROUP_STATS_BPF_O"));
 #[cfg(not(fbcode_build))]
 pub(crate) const OBJECT: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/cgroup_stats.bpf.o"));
 
-pub(crate) use skel::types::numa_row as NumaRow;
-pub(crate) use skel::types::record as Record;
+pub(crate) use h::numa_row as NumaRow;
+pub(crate) use h::record as Record;
+pub(crate) use h::*;
 
-/// Per entry, a `u32` bit in list order (`enum <tag>_flag` of C).
-macro_rules! bits {
-    ($mod:ident, $list:ident, $($flag:ident)*) => {
-        mod $mod {
-            #[allow(non_camel_case_types, clippy::upper_case_acronyms)]
-            enum Pos { $($flag,)* }
-            $(pub(crate) const $flag: u32 = 1 << Pos::$flag as u32;)*
-            #[cfg(test)]
-            pub(crate) const $list: &[(&str, u32)] = &[$((stringify!($flag), $flag),)*];
+/// A value the kernel does not have (bindgen types a macro by its value:
+/// `~0ULL` comes as -1).
+pub(crate) const ABSENT: u64 = h::ABSENT as u64;
+pub(crate) const NUMA_NO_IDX: u32 = h::NUMA_NO_IDX as u32;
+pub(crate) const CPU_WORDS: usize = h::CPU_WORDS as usize;
+pub(crate) const NUMA_NODES: usize = h::NUMA_NODES as usize;
+
+/// Whether `list` (key, the constant's name, its value) is a C enum's
+/// entries `<prefix><key>` = 0, 1, ... `nr - 1`: each once, in order.
+pub(crate) const fn is_c_enum(list: &[(&str, &str, u32)], prefix: &str, nr: u32) -> bool {
+    if list.len() != nr as usize {
+        return false;
+    }
+    let mut i = 0;
+    while i < list.len() {
+        let (key, name, value) = list[i];
+        let (key, name, prefix) = (key.as_bytes(), name.as_bytes(), prefix.as_bytes());
+        if value as usize != i || name.len() != prefix.len() + key.len() {
+            return false;
         }
-        pub(crate) use $mod::*;
+        let mut j = 0;
+        while j < name.len() {
+            let want = if j < prefix.len() {
+                prefix[j]
+            } else {
+                key[j - prefix.len()]
+            };
+            if name[j] != want {
+                return false;
+            }
+            j += 1;
+        }
+        i += 1;
+    }
+    true
+}
+
+/// `key => CONSTANT` per entry of a C list, checked at compile time
+/// ([`is_c_enum`]).
+macro_rules! check_c_enum {
+    ($prefix:literal, $nr:expr, $($key:ident => $c:ident),*) => {
+        const _: () = assert!(
+            is_c_enum(&[$((stringify!($key), stringify!($c), $c)),*], $prefix, $nr),
+            concat!("not the C enum of ", $prefix, "*")
+        );
     };
 }
 
-macro_rules! has_flags {
-    ($(($flag:ident))*) => { bits!(has, HAS_FLAGS, $($flag)*); };
+/// A writer of the fields of `$ty` named by the keys from record slots in
+/// list order (ABSENT: None; straight-line code, not a call per field).
+macro_rules! keyed_fields {
+    ($ty:ty, $fill:ident, $($key:ident)*) => {
+        pub(crate) fn $fill(s: &mut $ty, slots: &[u64]) {
+            let mut slots = slots.iter().copied();
+            $(s.$key = slots.next().filter(|&v| v != ABSENT);)*
+        }
+    };
 }
-macro_rules! feat_flags {
-    ($(($flag:ident))*) => { bits!(feat, FEAT_FLAGS, $($flag)*); };
+
+/// memory.stat keys: `record.memstat[]` (`enum memstat_slot`).
+macro_rules! memstat_keys {
+    ($($key:ident => $c:ident,)*) => {
+        check_c_enum!("MS_", NR_MS, $($key => $c),*);
+        keyed_fields!(MemoryStat, fill_memory_stat, $($key)*);
+        pub(crate) const MEMSTAT_KEYS: &[&str] = &[$(stringify!($key),)*];
+    };
 }
-macro_rules! kf_flags {
-    ($(($flag:ident))*) => { bits!(kf, KF_FLAGS, $($flag)*); };
+memstat_keys! {
+    anon => MS_anon,
+    file => MS_file,
+    kernel => MS_kernel,
+    kernel_stack => MS_kernel_stack,
+    sock => MS_sock,
+    shmem => MS_shmem,
+    zswap => MS_zswap,
+    zswapped => MS_zswapped,
+    file_mapped => MS_file_mapped,
+    file_dirty => MS_file_dirty,
+    file_writeback => MS_file_writeback,
+    swapcached => MS_swapcached,
+    anon_thp => MS_anon_thp,
+    file_thp => MS_file_thp,
+    shmem_thp => MS_shmem_thp,
+    inactive_anon => MS_inactive_anon,
+    active_anon => MS_active_anon,
+    inactive_file => MS_inactive_file,
+    active_file => MS_active_file,
+    unevictable => MS_unevictable,
+    hugetlb => MS_hugetlb,
+    slab_reclaimable => MS_slab_reclaimable,
+    slab_unreclaimable => MS_slab_unreclaimable,
+    slab => MS_slab,
+    pgfault => MS_pgfault,
+    pgmajfault => MS_pgmajfault,
+    workingset_refault_anon => MS_workingset_refault_anon,
+    workingset_refault_file => MS_workingset_refault_file,
+    workingset_activate_anon => MS_workingset_activate_anon,
+    workingset_activate_file => MS_workingset_activate_file,
+    workingset_restore_anon => MS_workingset_restore_anon,
+    workingset_restore_file => MS_workingset_restore_file,
+    workingset_nodereclaim => MS_workingset_nodereclaim,
+    pgrefill => MS_pgrefill,
+    pgscan => MS_pgscan,
+    pgsteal => MS_pgsteal,
+    pgactivate => MS_pgactivate,
+    pgdeactivate => MS_pgdeactivate,
+    pglazyfree => MS_pglazyfree,
+    pglazyfreed => MS_pglazyfreed,
+    thp_fault_alloc => MS_thp_fault_alloc,
+    thp_collapse_alloc => MS_thp_collapse_alloc,
+}
+
+/// memory.events keys: `record.events[]`, `.events_local[]`
+/// (`enum memcg_event`).
+macro_rules! memcg_events {
+    ($($key:ident => $c:ident,)*) => {
+        check_c_enum!("EV_", NR_EVENTS, $($key => $c),*);
+        keyed_fields!(MemoryEvents, fill_memory_events, $($key)*);
+        keyed_fields!(MemoryEventsLocal, fill_memory_events_local, $($key)*);
+        pub(crate) const MEMCG_EVENT_KEYS: &[&str] = &[$(stringify!($key),)*];
+    };
+}
+memcg_events! {
+    low => EV_low,
+    high => EV_high,
+    max => EV_max,
+    oom => EV_oom,
+    oom_kill => EV_oom_kill,
+    sock_throttled => EV_sock_throttled,
+}
+
+/// memcg_page_state_output_unit(): what one unit of a raw state item is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Unit {
+    Page,
+    /// Bytes (slab) or plain counts (workingset events).
+    One,
+    KiB,
+}
+
+/// A memory.numa_stat line's `enum node_stat_item` item and unit.
+pub(crate) struct NumaItem {
+    pub(crate) item: &'static str,
+    pub(crate) unit: Unit,
+}
+
+/// memory.numa_stat lines: `numa_row.v[]` (`enum numa_item`), with the
+/// kernel's item for each and its unit.
+macro_rules! numa_items {
+    ($($key:ident => $c:ident: $item:ident, $unit:ident,)*) => {
+        check_c_enum!("NUMA_", NR_NUMA_STATS, $($key => $c),*);
+        keyed_fields!(MemoryNumaStat, fill_numa_stat, $($key)*);
+        pub(crate) const NUMA_ITEMS: &[NumaItem] = &[$(NumaItem {
+            item: stringify!($item),
+            unit: Unit::$unit,
+        },)*];
+        pub(crate) const NUMA_KEYS: &[&str] = &[$(stringify!($key),)*];
+    };
+}
+numa_items! {
+    anon => NUMA_anon: NR_ANON_MAPPED, Page,
+    file => NUMA_file: NR_FILE_PAGES, Page,
+    kernel_stack => NUMA_kernel_stack: NR_KERNEL_STACK_KB, KiB,
+    pagetables => NUMA_pagetables: NR_PAGETABLE, Page,
+    shmem => NUMA_shmem: NR_SHMEM, Page,
+    file_mapped => NUMA_file_mapped: NR_FILE_MAPPED, Page,
+    file_dirty => NUMA_file_dirty: NR_FILE_DIRTY, Page,
+    file_writeback => NUMA_file_writeback: NR_WRITEBACK, Page,
+    swapcached => NUMA_swapcached: NR_SWAPCACHE, Page,
+    anon_thp => NUMA_anon_thp: NR_ANON_THPS, Page,
+    file_thp => NUMA_file_thp: NR_FILE_THPS, Page,
+    shmem_thp => NUMA_shmem_thp: NR_SHMEM_THPS, Page,
+    inactive_anon => NUMA_inactive_anon: NR_INACTIVE_ANON, Page,
+    active_anon => NUMA_active_anon: NR_ACTIVE_ANON, Page,
+    inactive_file => NUMA_inactive_file: NR_INACTIVE_FILE, Page,
+    active_file => NUMA_active_file: NR_ACTIVE_FILE, Page,
+    unevictable => NUMA_unevictable: NR_UNEVICTABLE, Page,
+    slab_reclaimable => NUMA_slab_reclaimable: NR_SLAB_RECLAIMABLE_B, One,
+    slab_unreclaimable => NUMA_slab_unreclaimable: NR_SLAB_UNRECLAIMABLE_B, One,
+    hugetlb => NUMA_hugetlb: NR_HUGETLB, Page,
+    workingset_refault_anon => NUMA_workingset_refault_anon: WORKINGSET_REFAULT_ANON, One,
+    workingset_refault_file => NUMA_workingset_refault_file: WORKINGSET_REFAULT_FILE, One,
+    workingset_activate_anon => NUMA_workingset_activate_anon: WORKINGSET_ACTIVATE_ANON, One,
+    workingset_activate_file => NUMA_workingset_activate_file: WORKINGSET_ACTIVATE_FILE, One,
+    workingset_restore_anon => NUMA_workingset_restore_anon: WORKINGSET_RESTORE_ANON, One,
+    workingset_restore_file => NUMA_workingset_restore_file: WORKINGSET_RESTORE_FILE, One,
+    workingset_nodereclaim => NUMA_workingset_nodereclaim: WORKINGSET_NODERECLAIM, One,
 }
 
 /// cgroup.controllers names by bit (`enum ctrl_bit`).
 macro_rules! controllers {
-    ($(($name:ident))*) => {
+    ($($name:ident => $c:ident,)*) => {
+        check_c_enum!("CTRL_", NR_CTRL, $($name => $c),*);
         pub(crate) const CONTROLLERS: &[&str] = &[$(stringify!($name),)*];
     };
+}
+controllers! {
+    cpuset => CTRL_cpuset,
+    cpu => CTRL_cpu,
+    io => CTRL_io,
+    memory => CTRL_memory,
+    hugetlb => CTRL_hugetlb,
+    pids => CTRL_pids,
+    rdma => CTRL_rdma,
+    misc => CTRL_misc,
+    dmem => CTRL_dmem,
 }
 
 /// How the program checks a kernel fact (KERNEL_FACTS).
@@ -93,101 +280,63 @@ pub(crate) struct Fact {
     #[cfg(test)]
     pub(crate) name: &'static str,
     pub(crate) kind: FactKind,
-    /// The struct or enum, and its member or value.
+    /// The struct or enum, and its member or value (C's KERNEL_FACTS; the
+    /// test at the end finds them in the object).
     pub(crate) ty: &'static str,
     pub(crate) member: &'static str,
     /// Stat file names, space-separated.
     pub(crate) files: &'static str,
 }
 
-/// The kernel facts: bit i of a pass's `facts` is KERNEL_FACTS[i].
+/// The kernel facts: bit FACT_fact of a pass's `facts` is KERNEL_FACTS[i].
 macro_rules! kernel_facts {
-    ($(($name:ident, $kind:ident, $ty:ident, $member:ident, $($files:literal)+))*) => {
+    ($($name:ident => $c:ident: $kind:ident, $ty:ident.$member:ident, $files:literal,)*) => {
+        check_c_enum!("FACT_", NR_FACTS, $($name => $c),*);
         pub(crate) const KERNEL_FACTS: &[Fact] = &[$(Fact {
             #[cfg(test)]
             name: stringify!($name),
-            kind: fact_kind!($kind),
+            kind: FactKind::$kind,
             ty: stringify!($ty),
             member: stringify!($member),
-            files: concat!($($files),+),
+            files: $files,
         },)*];
     };
 }
-
-macro_rules! fact_kind {
-    (FIELD) => {
-        FactKind::Field
-    };
-    (CPUMASK) => {
-        FactKind::Cpumask
-    };
-    (ENUMVAL) => {
-        FactKind::Enumval
-    };
+kernel_facts! {
+    cpu_ctrl => FACT_cpu_ctrl: Enumval, cgroup_subsys_id.cpu_cgrp_id, "cpu.weight cpu.max",
+    cpu_shares => FACT_cpu_shares: Field, task_group.shares, "cpu.weight",
+    cpu_bandwidth => FACT_cpu_bandwidth: Field, task_group.cfs_bandwidth, "cpu.max cpu.stat",
+    cfs_period => FACT_cfs_period: Field, cfs_bandwidth.period, "cpu.max",
+    cfs_quota => FACT_cfs_quota: Field, cfs_bandwidth.quota, "cpu.max",
+    cfs_nr_periods => FACT_cfs_nr_periods: Field, cfs_bandwidth.nr_periods, "cpu.stat",
+    cfs_nr_throttled => FACT_cfs_nr_throttled: Field, cfs_bandwidth.nr_throttled, "cpu.stat",
+    cfs_throttled_time => FACT_cfs_throttled_time: Field, cfs_bandwidth.throttled_time, "cpu.stat",
+    pids_ctrl => FACT_pids_ctrl: Enumval, cgroup_subsys_id.pids_cgrp_id, "pids.current pids.max",
+    pids_counter => FACT_pids_counter: Field, pids_cgroup.counter, "pids.current",
+    pids_limit => FACT_pids_limit: Field, pids_cgroup.limit, "pids.max",
+    cpuset_ctrl => FACT_cpuset_ctrl: Enumval, cgroup_subsys_id.cpuset_cgrp_id, "cpuset.cpus cpuset.cpus.effective cpuset.mems cpuset.mems.effective",
+    cpuset_cpus => FACT_cpuset_cpus: Cpumask, cpuset.cpus_allowed, "cpuset.cpus",
+    cpuset_cpus_effective => FACT_cpuset_cpus_effective: Cpumask, cpuset.effective_cpus, "cpuset.cpus.effective",
+    cpuset_mems => FACT_cpuset_mems: Field, cpuset.mems_allowed, "cpuset.mems",
+    cpuset_mems_effective => FACT_cpuset_mems_effective: Field, cpuset.effective_mems, "cpuset.mems.effective",
+    memory_ctrl => FACT_memory_ctrl: Enumval, cgroup_subsys_id.memory_cgrp_id, "memory.current memory.stat memory.swap.current memory.min memory.low memory.high memory.max memory.swap.max memory.zswap.max memory.zswap.writeback memory.events memory.events.local memory.numa_stat",
+    memcg_memory => FACT_memcg_memory: Field, mem_cgroup.memory, "memory.current memory.min memory.low memory.high memory.max",
+    memcg_swap => FACT_memcg_swap: Field, mem_cgroup.swap, "memory.swap.current memory.swap.max",
+    memcg_zswap_max => FACT_memcg_zswap_max: Field, mem_cgroup.zswap_max, "memory.zswap.max",
+    memcg_zswap_writeback => FACT_memcg_zswap_writeback: Field, mem_cgroup.zswap_writeback, "memory.zswap.writeback",
+    page_counter_usage => FACT_page_counter_usage: Field, page_counter.usage, "memory.current memory.swap.current",
+    page_counter_min => FACT_page_counter_min: Field, page_counter.min, "memory.min",
+    page_counter_low => FACT_page_counter_low: Field, page_counter.low, "memory.low",
+    page_counter_high => FACT_page_counter_high: Field, page_counter.high, "memory.high",
+    page_counter_max => FACT_page_counter_max: Field, page_counter.max, "memory.max memory.swap.max",
+    memcg_events => FACT_memcg_events: Field, mem_cgroup.memory_events, "memory.events",
+    memcg_events_local => FACT_memcg_events_local: Field, mem_cgroup.memory_events_local, "memory.events.local",
+    memcg_nodeinfo => FACT_memcg_nodeinfo: Field, mem_cgroup.nodeinfo, "memory.numa_stat",
+    lruvec_stats_ptr => FACT_lruvec_stats_ptr: Field, mem_cgroup_per_node.lruvec_stats, "memory.numa_stat",
+    lruvec_state => FACT_lruvec_state: Field, lruvec_stats.state, "memory.numa_stat",
+    n_memory => FACT_n_memory: Enumval, node_states.N_MEMORY, "memory.numa_stat",
 }
-
-/// A writer of the fields of `$ty` named by the keys from record slots in
-/// list order (ABSENT: None; straight-line code, not a call per field).
-macro_rules! keyed_fields {
-    ($ty:ty, $fill:ident, $($key:ident)*) => {
-        pub(crate) fn $fill(s: &mut $ty, slots: &[u64]) {
-            let mut slots = slots.iter().copied();
-            $(s.$key = slots.next().filter(|&v| v != ABSENT);)*
-        }
-    };
-}
-
-/// memory.stat keys: `record.memstat[]` (`enum memstat_slot`).
-macro_rules! memstat_keys {
-    ($(($key:ident, $($c:tt)*))*) => {
-        keyed_fields!(MemoryStat, fill_memory_stat, $($key)*);
-        #[cfg(test)]
-        pub(crate) const MEMSTAT_KEYS: &[&str] = &[$(stringify!($key),)*];
-    };
-}
-
-/// memory.events keys: `record.events[]`, `.events_local[]`.
-macro_rules! memcg_events {
-    ($(($key:ident, $event:ident))*) => {
-        keyed_fields!(MemoryEvents, fill_memory_events, $($key)*);
-        keyed_fields!(MemoryEventsLocal, fill_memory_events_local, $($key)*);
-        #[cfg(test)]
-        pub(crate) const MEMCG_EVENT_KEYS: &[&str] = &[$(stringify!($key),)*];
-    };
-}
-
-/// memcg_page_state_output_unit(): what one unit of a raw state item is.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Unit {
-    Page,
-    /// Bytes (slab) or plain counts (workingset events).
-    One,
-    KiB,
-}
-
-/// A memory.numa_stat line's `enum node_stat_item` item and unit.
-pub(crate) struct NumaItem {
-    pub(crate) item: &'static str,
-    pub(crate) unit: Unit,
-}
-
-/// memory.numa_stat lines: `numa_row.v[]` (`enum numa_item`).
-macro_rules! numa_items {
-    ($(($key:ident, $item:ident, $unit:ident))*) => {
-        keyed_fields!(MemoryNumaStat, fill_numa_stat, $($key)*);
-        pub(crate) const NUMA_ITEMS: &[NumaItem] = &[$(NumaItem {
-            item: stringify!($item),
-            unit: Unit::$unit,
-        },)*];
-        #[cfg(test)]
-        pub(crate) const NUMA_KEYS: &[&str] = &[$(stringify!($key),)*];
-    };
-}
-
-#[cfg(fbcode_build)]
-include!(env!("CGROUP_STATS_CONTRACT"));
-#[cfg(not(fbcode_build))]
-include!(concat!(env!("OUT_DIR"), "/contract.rs"));
+const _: () = assert!(KERNEL_FACTS.len() <= 64, "facts is a u64");
 
 #[cfg(test)]
 pub(crate) mod tests;

@@ -24,7 +24,7 @@
 //!
 //! Shared with below main's series (patches/below/reader carries them
 //! verbatim, `tests/upstream/sync.sh --check`): `cgroup_stats.bpf.c`,
-//! `cgroup_stats.h`, `contract_gen.rs`, `contract.rs`, `decode.rs`,
+//! `cgroup_stats.h`, `contract.rs`, `decode.rs`,
 //! `kernel.rs`, `load.rs` (with their tests) and bstats-bpf's `layer.rs`:
 //! they use nothing of the fork's, and a change to one goes into the series
 //! (`tests/upstream/sync.sh --refresh`). Pressure is the fork's alone: it

@@ -33,7 +33,7 @@ use BackendKind::Read;
 use BackendKind::Stream;
 
 /// What a pass found of pressure: FEAT_PSI* bits, why no clock.
-fn psi_with(features: u32, no_clock: usize) -> PsiPass {
+fn psi_with(features: u32, no_clock: u32) -> PsiPass {
     PsiPass {
         features,
         no_clock,

@@ -42,7 +42,7 @@ pub(crate) trait Passes {
     /// One pass of `mode` (PASS_*; `rank_groups`: the HAS_* groups a RANK
     /// pass reads) over every cgroup: the records grow to hold them (the
     /// wanted marks are lost then).
-    fn run_all(&mut self, mode: usize, rank_groups: u32) -> Result<(Pass, Slots)>;
+    fn run_all(&mut self, mode: u32, rank_groups: u32) -> Result<(Pass, Slots)>;
     /// The first `n` records, and their pressure rows.
     fn rows(&self, n: u32) -> Rows<'_>;
     /// Per record slot, the id of the cgroup wanted in full there (0: none)

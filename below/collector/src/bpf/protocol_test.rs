@@ -26,7 +26,7 @@ struct Model {
     marks: Vec<u64>,
     /// Applied to the tree before the pass of this number (0-based).
     change: Option<(usize, Change)>,
-    modes: Vec<usize>,
+    modes: Vec<u32>,
 }
 
 /// What a full read leaves in a record: its pids_current.
@@ -45,7 +45,7 @@ impl Model {
         }
     }
 
-    fn run(&mut self, mode: usize, groups: u32) -> (Pass, bool) {
+    fn run(&mut self, mode: u32, groups: u32) -> (Pass, bool) {
         if let Some((at, f)) = &mut self.change {
             if *at == self.modes.len() {
                 f(&mut self.tree);
@@ -96,7 +96,7 @@ impl Model {
 }
 
 impl Passes for Model {
-    fn run_all(&mut self, mode: usize, rank_groups: u32) -> Result<(Pass, Slots)> {
+    fn run_all(&mut self, mode: u32, rank_groups: u32) -> Result<(Pass, Slots)> {
         loop {
             let (pass, moved) = self.run(mode, rank_groups);
             if pass.cgroups as usize <= self.records.len() {

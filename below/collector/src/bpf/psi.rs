@@ -18,28 +18,21 @@ use cgroupfs::MemoryPressure;
 use cgroupfs::Pressure;
 use cgroupfs::PressureMetrics;
 
+use super::contract::is_c_enum;
 use super::contract::Record;
 use super::decode::has;
-pub(crate) use super::program::skel::types::pressure as PressureRow;
 
-/// Per entry, a `u32` bit in list order (`enum psi_feat_flag` of C).
-macro_rules! psi_feat_flags {
-    ($(($flag:ident))*) => {
-        #[allow(non_camel_case_types, clippy::upper_case_acronyms)]
-        enum FeatPos { $($flag,)* }
-        $(pub(crate) const $flag: u32 = 1 << FeatPos::$flag as u32;)*
-        #[cfg(test)]
-        pub(crate) const PSI_FEAT_FLAGS: &[(&str, u32)] = &[$((stringify!($flag), $flag),)*];
-    };
-}
+// FEAT_PSI*, PSI_NO_*, HAS_PSI*, struct pressure: bindgen of cgroup_psi.h.
+pub(crate) use super::program::fork_h::pressure as PressureRow;
+pub(crate) use super::program::fork_h::*;
 
 /// Pressure rows: `pressure.*[]` (`enum psi_row`), as named fields.
 macro_rules! psi_rows {
-    ($(($row:ident, $state:ident))*) => {
-        mod rows {
-            #[allow(non_camel_case_types)]
-            pub(crate) enum Pos { $($row,)* }
-        }
+    ($($row:ident => $c:ident,)*) => {
+        const _: () = assert!(
+            is_c_enum(&[$((stringify!($row), stringify!($c), $c)),*], "PSI_ROW_", NR_PSI_ROWS),
+            "not the C enum psi_row"
+        );
 
         pub(crate) struct PsiRows<T> {
             $(pub(crate) $row: T,)*
@@ -48,23 +41,19 @@ macro_rules! psi_rows {
         impl<T> PsiRows<T> {
             /// Each row from its index in a pressure row's arrays.
             pub(crate) fn from_fn(mut f: impl FnMut(usize) -> T) -> Self {
-                PsiRows { $($row: f(rows::Pos::$row as usize),)* }
+                PsiRows { $($row: f($c as usize),)* }
             }
         }
-
-        #[cfg(test)]
-        pub(crate) const PSI_ROWS: &[&str] = &[$(stringify!($row),)*];
     };
 }
-
-// PSI_ROWS, PSI_FEAT_FLAGS, PSI_NO_*, HAS_PSI*_BIT: build.rs from cgroup_psi.h.
-include!(concat!(env!("OUT_DIR"), "/psi_contract.rs"));
-
-/// The record's flag: its pressure row is written.
-pub(crate) const HAS_PSI: u32 = 1 << HAS_PSI_BIT;
-/// The record's flag: the group's aggregation was queued, its per-CPU
-/// buckets summed into the row.
-pub(crate) const HAS_PSI_QUEUED: u32 = 1 << HAS_PSI_QUEUED_BIT;
+psi_rows! {
+    io_some => PSI_ROW_io_some,
+    io_full => PSI_ROW_io_full,
+    memory_some => PSI_ROW_memory_some,
+    memory_full => PSI_ROW_memory_full,
+    cpu_some => PSI_ROW_cpu_some,
+    cpu_full => PSI_ROW_cpu_full,
+}
 
 /// The clocks of a pass (FEAT_PSI_CLOCK), for pressure averages.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -81,7 +70,7 @@ pub(crate) struct PsiPass {
     /// FEAT_PSI* bits.
     pub(crate) features: u32,
     /// Why the pass has no clock (PSI_NO_*; 0: it has one).
-    pub(crate) no_clock: usize,
+    pub(crate) no_clock: u32,
     /// The clocks averages are brought to (FEAT_PSI_CLOCK).
     pub(crate) clock: Option<PsiClock>,
 }
@@ -91,7 +80,7 @@ impl PsiPass {
     pub(crate) fn new(features: u32, no_clock: u32, now: u64, period: u64) -> Self {
         let pass = PsiPass {
             features,
-            no_clock: no_clock as usize,
+            no_clock,
             clock: (features & FEAT_PSI_CLOCK != 0).then_some(PsiClock { now, period }),
         };
         if clock_off() {
@@ -186,7 +175,7 @@ pub(crate) fn load_avg(v: u64) -> f64 {
 
 /// Why pressure is left to the files after a pass with `features`
 /// (FEAT_PSI*) and `no_clock` (PSI_NO_*); see [`PsiPass::left_to_files`].
-pub(crate) fn left_to_files(features: u32, no_clock: usize) -> Option<String> {
+pub(crate) fn left_to_files(features: u32, no_clock: u32) -> Option<String> {
     if features & FEAT_PSI == 0 {
         Some("kernel has no cgroup PSI (CONFIG_PSI) or an unknown psi_group layout".to_owned())
     } else if features & FEAT_PSI_CLOCK == 0 {
@@ -200,7 +189,7 @@ pub(crate) fn left_to_files(features: u32, no_clock: usize) -> Option<String> {
 }
 
 /// Why a pass has no clock (PSI_NO_* of cgroup_psi.h).
-fn no_clock_reason(code: usize) -> &'static str {
+fn no_clock_reason(code: u32) -> &'static str {
     match code {
         PSI_NO_SYMBOLS => {
             "kernel symbols psi_period, runqueues, __per_cpu_offset (x86: \

@@ -12,91 +12,14 @@
 // See the License for the specific language governing permissions and
 // limitations under the License.
 
-//! The C side of each table, as compiled into the BPF object (its BTF),
-//! against the Rust side: names, order, values, and the record's array
-//! lengths. One drift in either side fails here.
+//! What the compiler cannot check of the contract: that the lists cover
+//! below's fields, and that the kernel facts' types and members are the
+//! ones C reads (in the object's BTF).
 
 use libbpf_rs::btf::types;
 use libbpf_rs::btf::Btf;
 
 use super::*;
-
-/// `enum name` of the compiled object: (member, value) in order.
-fn c_enum(name: &str) -> Vec<(String, i64)> {
-    enum_in(OBJECT, name)
-}
-
-/// `enum name` of the BPF object `object`: (member, value) in order.
-pub(crate) fn enum_in(object: &[u8], name: &str) -> Vec<(String, i64)> {
-    let btf = Btf::from_raw("object", object)
-        .expect("reading the object's BTF")
-        .expect("the object has BTF");
-    let e = btf
-        .type_by_name::<types::Enum>(name)
-        .unwrap_or_else(|| panic!("enum {name} is not in the object's BTF"));
-    e.iter()
-        .map(|m| {
-            (
-                m.name
-                    .expect("enumerators have names")
-                    .to_string_lossy()
-                    .into_owned(),
-                m.value,
-            )
-        })
-        .collect()
-}
-
-/// What a list enum of C must be: `<prefix><entry>` = index, then `count`.
-fn indexed(prefix: &str, entries: &[&str], count: &str) -> Vec<(String, i64)> {
-    let mut v: Vec<(String, i64)> = (0..)
-        .zip(entries)
-        .map(|(i, e)| (format!("{prefix}{e}"), i))
-        .collect();
-    v.push((count.to_owned(), entries.len() as i64));
-    v
-}
-
-fn flags(list: &[(&str, u32)]) -> Vec<(String, i64)> {
-    list.iter()
-        .map(|&(n, v)| (n.to_owned(), v.into()))
-        .collect()
-}
-
-#[test]
-fn bits_agree() {
-    assert_eq!(c_enum("has_flag"), flags(HAS_FLAGS));
-    assert_eq!(c_enum("feat_flag"), flags(FEAT_FLAGS));
-    assert_eq!(c_enum("kf_flag"), flags(KF_FLAGS));
-    assert_eq!(c_enum("ctrl_bit"), indexed("CTRL_", CONTROLLERS, "NR_CTRL"));
-}
-
-#[test]
-fn record_slots_agree() {
-    let r = Record::default();
-    assert_eq!(
-        c_enum("memstat_slot"),
-        indexed("MS_", MEMSTAT_KEYS, "NR_MS")
-    );
-    assert_eq!(r.memstat.len(), MEMSTAT_KEYS.len());
-
-    assert_eq!(
-        c_enum("numa_item"),
-        indexed("NUMA_", NUMA_KEYS, "NR_NUMA_STATS")
-    );
-    assert_eq!(NumaRow::default().v.len(), NUMA_ITEMS.len());
-    assert_eq!(NUMA_KEYS.len(), NUMA_ITEMS.len());
-
-    assert_eq!(
-        c_enum("memcg_event"),
-        indexed("EV_", MEMCG_EVENT_KEYS, "NR_EVENTS")
-    );
-    assert_eq!(r.events.len(), MEMCG_EVENT_KEYS.len());
-    assert_eq!(r.events_local.len(), MEMCG_EVENT_KEYS.len());
-
-    assert_eq!(r.cpus.len(), CPU_WORDS);
-    assert_eq!(r.cpus_effective.len(), CPU_WORDS);
-}
 
 /// Every field of `T` set by `fill` from slots all 1: the list covers
 /// what below keeps.
@@ -122,9 +45,31 @@ fn lists_cover_below_fields() {
     covers(fill_memory_events_local, MEMCG_EVENT_KEYS);
 }
 
+/// Member names of `struct name` or `enum name` in `btf`, if it has it.
+fn members(btf: &Btf, name: &str) -> Option<Vec<String>> {
+    let owned = |n: Option<&std::ffi::OsStr>| n.expect("named").to_string_lossy().into_owned();
+    if let Some(s) = btf.type_by_name::<types::Struct>(name) {
+        return Some(s.iter().map(|m| owned(m.name)).collect());
+    }
+    let e = btf.type_by_name::<types::Enum>(name)?;
+    Some(e.iter().map(|m| owned(m.name)).collect())
+}
+
 #[test]
-fn facts_agree() {
-    let names: Vec<&str> = KERNEL_FACTS.iter().map(|f| f.name).collect();
-    assert_eq!(c_enum("fact_bit"), indexed("FACT_", &names, "NR_FACTS"));
-    assert!(KERNEL_FACTS.len() <= 64, "facts is a u64");
+fn facts_are_what_c_reads() {
+    let btf = Btf::from_raw("object", OBJECT)
+        .expect("reading the object's BTF")
+        .expect("the object has BTF");
+    for f in KERNEL_FACTS {
+        let (flavors, member): (&[&str], _) = match f.kind {
+            FactKind::Field => (&["___local"], f.member.to_owned()),
+            FactKind::Cpumask => (&["___ptr", "___embedded"], f.member.to_owned()),
+            FactKind::Enumval => (&["___local"], format!("{}___local", f.member)),
+        };
+        for flavor in flavors {
+            let ty = format!("{}{flavor}", f.ty);
+            let found = members(&btf, &ty).unwrap_or_else(|| panic!("{}: no {ty}", f.name));
+            assert!(found.contains(&member), "{}: {ty} has no {member}", f.name);
+        }
+    }
 }

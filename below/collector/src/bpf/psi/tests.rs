@@ -5,9 +5,7 @@
 //! the C integers: idle for many periods, due exactly now, active with
 //! the work late, a sample over the period, a sample past u32, not due.
 
-use super::super::contract::HAS_FLAGS;
 use super::super::decode::tests::full;
-use super::super::decode::tests::slot;
 use super::*;
 
 /// HZ=250: jiffies_to_nsecs(2 * HZ + 1).
@@ -22,9 +20,9 @@ const AVG_TOTAL: u64 = 5_000_000_000;
 /// AVG_TOTAL already averaged, last updated at LAST.
 fn row(total: u64) -> PressureRow {
     PressureRow {
-        avg: [STORED; PSI_ROWS.len()],
-        total_ns: [total; PSI_ROWS.len()],
-        avg_total_ns: [AVG_TOTAL; PSI_ROWS.len()],
+        avg: [STORED; NR_PSI_ROWS as usize],
+        total_ns: [total; NR_PSI_ROWS as usize],
+        avg_total_ns: [AVG_TOTAL; NR_PSI_ROWS as usize],
         avg_last_update: LAST,
         avg_next_update: NEXT,
     }
@@ -57,7 +55,7 @@ fn at(now: u64, total: u64) -> [u64; 3] {
     for row in avg {
         assert_eq!(row, avg[0], "every row takes the same update");
     }
-    avg[slot(PSI_ROWS, "memory_some")]
+    avg[PSI_ROW_memory_some as usize]
 }
 
 #[test]
@@ -201,37 +199,4 @@ fn without_the_clock_only_where_no_clock_matters() {
     r.flags &= !HAS_PSI_QUEUED;
     p.avg_next_update = p.avg_last_update - 1;
     assert!(!pass.exact(&r, &p), "update times out of order");
-}
-
-/// The enums C compiled into the fork's object against these tables, and
-/// the record's flags: cgroup_stats.h's below the pressure bits.
-#[test]
-fn contract_agrees() {
-    use super::super::contract::tests::enum_in;
-    use super::super::program::OBJECT;
-    let indexed: Vec<(String, i64)> = (0..)
-        .zip(PSI_ROWS)
-        .map(|(i, r)| (format!("PSI_ROW_{r}"), i))
-        .chain([("NR_PSI_ROWS".to_owned(), PSI_ROWS.len() as i64)])
-        .collect();
-    assert_eq!(enum_in(OBJECT, "psi_row"), indexed);
-    let flags: Vec<(String, i64)> = PSI_FEAT_FLAGS
-        .iter()
-        .map(|&(n, v)| (n.to_owned(), v.into()))
-        .collect();
-    assert_eq!(enum_in(OBJECT, "psi_feat_flag"), flags);
-    assert_eq!(
-        enum_in(OBJECT, "psi_has"),
-        [
-            ("HAS_PSI".to_owned(), HAS_PSI.into()),
-            ("HAS_PSI_QUEUED".to_owned(), HAS_PSI_QUEUED.into())
-        ]
-    );
-    let r = PressureRow::default();
-    assert_eq!(
-        (r.total_ns.len(), r.avg.len()),
-        (PSI_ROWS.len(), PSI_ROWS.len())
-    );
-    let low = HAS_FLAGS.iter().fold(0, |m, &(_, bit)| m | bit);
-    assert!(low < HAS_PSI, "HAS_FLAGS reach the pressure bits");
 }
