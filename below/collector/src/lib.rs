@@ -20,6 +20,8 @@
 //!    one sample to the next: updated in place while the kept cgroups are
 //!    the same ones.
 
+// Before `parse`: its key lists are contract.rs's macros.
+#[macro_use]
 mod bpf;
 mod cgroupfs_ext;
 mod collector;

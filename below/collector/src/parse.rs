@@ -235,22 +235,16 @@ pub fn cpu_stat(text: &str) -> Result<CpuStat> {
     keyed(text, set_cpu_stat)
 }
 
-/// A file whose keys are a contract list, through its slots.
-fn slotted<T: for<'a> From<&'a Slots>>(text: &str, mut slots: Slots) -> Result<T> {
-    flat_keyed(text, |k, v| slots.set(k, v))?;
-    Ok(T::from(&slots))
-}
-
 pub fn memory_stat(text: &str) -> Result<MemoryStat> {
-    slotted::<cgroupfs_ext::MemoryStat>(text, memory_stat_slots()).map(Into::into)
+    keyed(text, set_memory_stat).map(Into::into)
 }
 
 pub fn memory_events(text: &str) -> Result<MemoryEvents> {
-    slotted::<cgroupfs_ext::MemoryEvents>(text, memory_events_slots()).map(Into::into)
+    keyed(text, set_memory_events).map(Into::into)
 }
 
 pub fn memory_events_local(text: &str) -> Result<MemoryEventsLocal> {
-    slotted::<cgroupfs_ext::MemoryEventsLocal>(text, memory_events_slots()).map(Into::into)
+    keyed(text, set_memory_events_local).map(Into::into)
 }
 
 pub fn cgroup_stat(text: &str) -> Result<CgroupStat> {
@@ -341,7 +335,7 @@ pub fn io_stat(text: &str) -> Result<BTreeMap<String, IoStat>> {
 
 /// memory.numa_stat: "<key> N0=<v> N1=<v> …" → per-node stats.
 pub fn numa_stat(text: &str) -> Result<BTreeMap<u32, MemoryNumaStat>> {
-    let mut nodes: BTreeMap<u32, Slots> = BTreeMap::new();
+    let mut map: BTreeMap<u32, cgroupfs_ext::MemoryNumaStat> = BTreeMap::new();
     for (n, line) in numbered_lines(text) {
         let (key, rest) = split_head(line);
         if rest.trim().is_empty() {
@@ -354,14 +348,9 @@ pub fn numa_stat(text: &str) -> Result<BTreeMap<u32, MemoryNumaStat>> {
             };
             let node: u32 = parse_num(n, node)?;
             let v: u64 = parse_num(n, v)?;
-            nodes
-                .entry(node)
-                .or_insert_with(numa_stat_slots)
-                .set(key, v);
+            set_numa_stat(map.entry(node).or_default(), key, v);
         }
     }
-    let map: BTreeMap<u32, cgroupfs_ext::MemoryNumaStat> =
-        nodes.iter().map(|(&n, s)| (n, s.into())).collect();
     if map.is_empty()
         || map
             .values()

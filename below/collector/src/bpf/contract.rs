@@ -119,53 +119,61 @@ macro_rules! memstat_keys {
     ($($key:ident => $c:ident,)*) => {
         check_c_enum!("MS_", NR_MS, $($key => $c),*);
         keyed_fields!(MemoryStat, fill_memory_stat, $($key)*);
+        #[cfg(test)]
         pub(crate) const MEMSTAT_KEYS: &[&str] = &[$(stringify!($key),)*];
     };
 }
-memstat_keys! {
-    anon => MS_anon,
-    file => MS_file,
-    kernel => MS_kernel,
-    kernel_stack => MS_kernel_stack,
-    sock => MS_sock,
-    shmem => MS_shmem,
-    zswap => MS_zswap,
-    zswapped => MS_zswapped,
-    file_mapped => MS_file_mapped,
-    file_dirty => MS_file_dirty,
-    file_writeback => MS_file_writeback,
-    swapcached => MS_swapcached,
-    anon_thp => MS_anon_thp,
-    file_thp => MS_file_thp,
-    shmem_thp => MS_shmem_thp,
-    inactive_anon => MS_inactive_anon,
-    active_anon => MS_active_anon,
-    inactive_file => MS_inactive_file,
-    active_file => MS_active_file,
-    unevictable => MS_unevictable,
-    hugetlb => MS_hugetlb,
-    slab_reclaimable => MS_slab_reclaimable,
-    slab_unreclaimable => MS_slab_unreclaimable,
-    slab => MS_slab,
-    pgfault => MS_pgfault,
-    pgmajfault => MS_pgmajfault,
-    workingset_refault_anon => MS_workingset_refault_anon,
-    workingset_refault_file => MS_workingset_refault_file,
-    workingset_activate_anon => MS_workingset_activate_anon,
-    workingset_activate_file => MS_workingset_activate_file,
-    workingset_restore_anon => MS_workingset_restore_anon,
-    workingset_restore_file => MS_workingset_restore_file,
-    workingset_nodereclaim => MS_workingset_nodereclaim,
-    pgrefill => MS_pgrefill,
-    pgscan => MS_pgscan,
-    pgsteal => MS_pgsteal,
-    pgactivate => MS_pgactivate,
-    pgdeactivate => MS_pgdeactivate,
-    pglazyfree => MS_pglazyfree,
-    pglazyfreed => MS_pglazyfreed,
-    thp_fault_alloc => MS_thp_fault_alloc,
-    thp_collapse_alloc => MS_thp_collapse_alloc,
+
+/// The memory.stat keys in their enum's order, handed to `$m!`.
+macro_rules! memstat_keys_list {
+    ($m:ident) => {
+        $m! {
+            anon => MS_anon,
+            file => MS_file,
+            kernel => MS_kernel,
+            kernel_stack => MS_kernel_stack,
+            sock => MS_sock,
+            shmem => MS_shmem,
+            zswap => MS_zswap,
+            zswapped => MS_zswapped,
+            file_mapped => MS_file_mapped,
+            file_dirty => MS_file_dirty,
+            file_writeback => MS_file_writeback,
+            swapcached => MS_swapcached,
+            anon_thp => MS_anon_thp,
+            file_thp => MS_file_thp,
+            shmem_thp => MS_shmem_thp,
+            inactive_anon => MS_inactive_anon,
+            active_anon => MS_active_anon,
+            inactive_file => MS_inactive_file,
+            active_file => MS_active_file,
+            unevictable => MS_unevictable,
+            hugetlb => MS_hugetlb,
+            slab_reclaimable => MS_slab_reclaimable,
+            slab_unreclaimable => MS_slab_unreclaimable,
+            slab => MS_slab,
+            pgfault => MS_pgfault,
+            pgmajfault => MS_pgmajfault,
+            workingset_refault_anon => MS_workingset_refault_anon,
+            workingset_refault_file => MS_workingset_refault_file,
+            workingset_activate_anon => MS_workingset_activate_anon,
+            workingset_activate_file => MS_workingset_activate_file,
+            workingset_restore_anon => MS_workingset_restore_anon,
+            workingset_restore_file => MS_workingset_restore_file,
+            workingset_nodereclaim => MS_workingset_nodereclaim,
+            pgrefill => MS_pgrefill,
+            pgscan => MS_pgscan,
+            pgsteal => MS_pgsteal,
+            pgactivate => MS_pgactivate,
+            pgdeactivate => MS_pgdeactivate,
+            pglazyfree => MS_pglazyfree,
+            pglazyfreed => MS_pglazyfreed,
+            thp_fault_alloc => MS_thp_fault_alloc,
+            thp_collapse_alloc => MS_thp_collapse_alloc,
+        }
+    };
 }
+memstat_keys_list!(memstat_keys);
 
 /// memory.events keys: `record.events[]`, `.events_local[]`
 /// (`enum memcg_event`).
@@ -174,17 +182,25 @@ macro_rules! memcg_events {
         check_c_enum!("EV_", NR_EVENTS, $($key => $c),*);
         keyed_fields!(MemoryEvents, fill_memory_events, $($key)*);
         keyed_fields!(MemoryEventsLocal, fill_memory_events_local, $($key)*);
+        #[cfg(test)]
         pub(crate) const MEMCG_EVENT_KEYS: &[&str] = &[$(stringify!($key),)*];
     };
 }
-memcg_events! {
-    low => EV_low,
-    high => EV_high,
-    max => EV_max,
-    oom => EV_oom,
-    oom_kill => EV_oom_kill,
-    sock_throttled => EV_sock_throttled,
+
+/// The memory.events keys in their enum's order, handed to `$m!`.
+macro_rules! memcg_events_list {
+    ($m:ident) => {
+        $m! {
+            low => EV_low,
+            high => EV_high,
+            max => EV_max,
+            oom => EV_oom,
+            oom_kill => EV_oom_kill,
+            sock_throttled => EV_sock_throttled,
+        }
+    };
 }
+memcg_events_list!(memcg_events);
 
 /// memcg_page_state_output_unit(): what one unit of a raw state item is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -211,38 +227,46 @@ macro_rules! numa_items {
             item: stringify!($item),
             unit: Unit::$unit,
         },)*];
+        #[cfg(test)]
         pub(crate) const NUMA_KEYS: &[&str] = &[$(stringify!($key),)*];
     };
 }
-numa_items! {
-    anon => NUMA_anon: NR_ANON_MAPPED, Page,
-    file => NUMA_file: NR_FILE_PAGES, Page,
-    kernel_stack => NUMA_kernel_stack: NR_KERNEL_STACK_KB, KiB,
-    pagetables => NUMA_pagetables: NR_PAGETABLE, Page,
-    shmem => NUMA_shmem: NR_SHMEM, Page,
-    file_mapped => NUMA_file_mapped: NR_FILE_MAPPED, Page,
-    file_dirty => NUMA_file_dirty: NR_FILE_DIRTY, Page,
-    file_writeback => NUMA_file_writeback: NR_WRITEBACK, Page,
-    swapcached => NUMA_swapcached: NR_SWAPCACHE, Page,
-    anon_thp => NUMA_anon_thp: NR_ANON_THPS, Page,
-    file_thp => NUMA_file_thp: NR_FILE_THPS, Page,
-    shmem_thp => NUMA_shmem_thp: NR_SHMEM_THPS, Page,
-    inactive_anon => NUMA_inactive_anon: NR_INACTIVE_ANON, Page,
-    active_anon => NUMA_active_anon: NR_ACTIVE_ANON, Page,
-    inactive_file => NUMA_inactive_file: NR_INACTIVE_FILE, Page,
-    active_file => NUMA_active_file: NR_ACTIVE_FILE, Page,
-    unevictable => NUMA_unevictable: NR_UNEVICTABLE, Page,
-    slab_reclaimable => NUMA_slab_reclaimable: NR_SLAB_RECLAIMABLE_B, One,
-    slab_unreclaimable => NUMA_slab_unreclaimable: NR_SLAB_UNRECLAIMABLE_B, One,
-    hugetlb => NUMA_hugetlb: NR_HUGETLB, Page,
-    workingset_refault_anon => NUMA_workingset_refault_anon: WORKINGSET_REFAULT_ANON, One,
-    workingset_refault_file => NUMA_workingset_refault_file: WORKINGSET_REFAULT_FILE, One,
-    workingset_activate_anon => NUMA_workingset_activate_anon: WORKINGSET_ACTIVATE_ANON, One,
-    workingset_activate_file => NUMA_workingset_activate_file: WORKINGSET_ACTIVATE_FILE, One,
-    workingset_restore_anon => NUMA_workingset_restore_anon: WORKINGSET_RESTORE_ANON, One,
-    workingset_restore_file => NUMA_workingset_restore_file: WORKINGSET_RESTORE_FILE, One,
-    workingset_nodereclaim => NUMA_workingset_nodereclaim: WORKINGSET_NODERECLAIM, One,
+
+/// The memory.numa_stat keys in their enum's order, handed to `$m!`.
+macro_rules! numa_items_list {
+    ($m:ident) => {
+        $m! {
+            anon => NUMA_anon: NR_ANON_MAPPED, Page,
+            file => NUMA_file: NR_FILE_PAGES, Page,
+            kernel_stack => NUMA_kernel_stack: NR_KERNEL_STACK_KB, KiB,
+            pagetables => NUMA_pagetables: NR_PAGETABLE, Page,
+            shmem => NUMA_shmem: NR_SHMEM, Page,
+            file_mapped => NUMA_file_mapped: NR_FILE_MAPPED, Page,
+            file_dirty => NUMA_file_dirty: NR_FILE_DIRTY, Page,
+            file_writeback => NUMA_file_writeback: NR_WRITEBACK, Page,
+            swapcached => NUMA_swapcached: NR_SWAPCACHE, Page,
+            anon_thp => NUMA_anon_thp: NR_ANON_THPS, Page,
+            file_thp => NUMA_file_thp: NR_FILE_THPS, Page,
+            shmem_thp => NUMA_shmem_thp: NR_SHMEM_THPS, Page,
+            inactive_anon => NUMA_inactive_anon: NR_INACTIVE_ANON, Page,
+            active_anon => NUMA_active_anon: NR_ACTIVE_ANON, Page,
+            inactive_file => NUMA_inactive_file: NR_INACTIVE_FILE, Page,
+            active_file => NUMA_active_file: NR_ACTIVE_FILE, Page,
+            unevictable => NUMA_unevictable: NR_UNEVICTABLE, Page,
+            slab_reclaimable => NUMA_slab_reclaimable: NR_SLAB_RECLAIMABLE_B, One,
+            slab_unreclaimable => NUMA_slab_unreclaimable: NR_SLAB_UNRECLAIMABLE_B, One,
+            hugetlb => NUMA_hugetlb: NR_HUGETLB, Page,
+            workingset_refault_anon => NUMA_workingset_refault_anon: WORKINGSET_REFAULT_ANON, One,
+            workingset_refault_file => NUMA_workingset_refault_file: WORKINGSET_REFAULT_FILE, One,
+            workingset_activate_anon => NUMA_workingset_activate_anon: WORKINGSET_ACTIVATE_ANON, One,
+            workingset_activate_file => NUMA_workingset_activate_file: WORKINGSET_ACTIVATE_FILE, One,
+            workingset_restore_anon => NUMA_workingset_restore_anon: WORKINGSET_RESTORE_ANON, One,
+            workingset_restore_file => NUMA_workingset_restore_file: WORKINGSET_RESTORE_FILE, One,
+            workingset_nodereclaim => NUMA_workingset_nodereclaim: WORKINGSET_NODERECLAIM, One,
+        }
+    };
 }
+numa_items_list!(numa_items);
 
 /// cgroup.controllers names by bit (`enum ctrl_bit`).
 macro_rules! controllers {

@@ -36,6 +36,7 @@
 
 #[cfg(test)]
 mod btf_edit;
+#[macro_use]
 pub(crate) mod contract;
 mod decode;
 #[cfg(test)]

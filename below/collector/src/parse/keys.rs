@@ -1,78 +1,80 @@
-//! The text files whose keys are lists of cgroup_stats.h (memory.stat,
-//! memory.events[.local], memory.numa_stat) are read into the record's
-//! slots by the contract's key lists and written out by the record's fills:
-//! the text and the record name the same fields.
+//! Setters by key for the text files whose keys are lists of
+//! cgroup_stats.h (memory.stat, memory.events[.local], memory.numa_stat),
+//! from the lists the record's fills are made of (contract.rs's
+//! `*_list!` macros): the text and the record name the same fields.
 
-use crate::bpf::contract::*;
 use crate::cgroupfs_ext::MemoryEvents;
 use crate::cgroupfs_ext::MemoryEventsLocal;
 use crate::cgroupfs_ext::MemoryNumaStat;
 use crate::cgroupfs_ext::MemoryStat;
 
-/// The values of one list's keys, by slot (ABSENT: not in the text).
-pub struct Slots {
-    keys: &'static [&'static str],
-    values: Vec<u64>,
-}
-
-impl Slots {
-    fn new(keys: &'static [&'static str]) -> Self {
-        Slots {
-            keys,
-            values: vec![ABSENT; keys.len()],
-        }
-    }
-
-    /// false for a key not in the list.
-    pub fn set(&mut self, key: &str, v: u64) -> bool {
-        match self.keys.iter().position(|&k| k == key) {
-            Some(i) => {
-                self.values[i] = v;
-                true
+/// `$set(s, key, v)` sets the field of `$ty` that `key` names; false for a
+/// key not in the list.
+macro_rules! setter {
+    ($set:ident, $ty:ty, $($key:ident)*) => {
+        pub fn $set(s: &mut $ty, key: &str, v: u64) -> bool {
+            match key {
+                $(stringify!($key) => s.$key = Some(v),)*
+                _ => return false,
             }
-            None => false,
+            true
         }
+    };
+}
+
+macro_rules! memstat_setter {
+    ($($key:ident => $c:ident,)*) => {
+        setter!(set_memory_stat, MemoryStat, $($key)*);
+    };
+}
+memstat_keys_list!(memstat_setter);
+
+macro_rules! events_setters {
+    ($($key:ident => $c:ident,)*) => {
+        setter!(set_memory_events, MemoryEvents, $($key)*);
+        setter!(set_memory_events_local, MemoryEventsLocal, $($key)*);
+    };
+}
+memcg_events_list!(events_setters);
+
+macro_rules! numa_setter {
+    ($($key:ident => $c:ident: $item:ident, $unit:ident,)*) => {
+        setter!(set_numa_stat, MemoryNumaStat, $($key)*);
+    };
+}
+numa_items_list!(numa_setter);
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bpf::contract::*;
+
+    /// Slot i alone written by `fill` is the field key i sets; ABSENT
+    /// slots are None.
+    fn agree<T: Default + PartialEq + std::fmt::Debug>(
+        fill: fn(&mut T, &[u64]),
+        set: fn(&mut T, &str, u64) -> bool,
+        keys: &[&str],
+    ) {
+        for (i, key) in keys.iter().enumerate() {
+            let mut slots = vec![ABSENT; keys.len()];
+            slots[i] = 7;
+            let (mut a, mut b) = (T::default(), T::default());
+            fill(&mut a, &slots);
+            set(&mut b, key, 7);
+            assert_eq!(a, b, "{key}");
+        }
+        assert!(!set(&mut T::default(), "no_such_key", 7));
     }
 
-    fn fill<T: Default>(&self, fill: fn(&mut T, &[u64])) -> T {
-        let mut s = T::default();
-        fill(&mut s, &self.values);
-        s
-    }
-}
-
-pub fn memory_stat_slots() -> Slots {
-    Slots::new(MEMSTAT_KEYS)
-}
-
-pub fn memory_events_slots() -> Slots {
-    Slots::new(MEMCG_EVENT_KEYS)
-}
-
-pub fn numa_stat_slots() -> Slots {
-    Slots::new(NUMA_KEYS)
-}
-
-impl From<&Slots> for MemoryStat {
-    fn from(s: &Slots) -> Self {
-        s.fill(fill_memory_stat)
-    }
-}
-
-impl From<&Slots> for MemoryEvents {
-    fn from(s: &Slots) -> Self {
-        s.fill(fill_memory_events)
-    }
-}
-
-impl From<&Slots> for MemoryEventsLocal {
-    fn from(s: &Slots) -> Self {
-        s.fill(fill_memory_events_local)
-    }
-}
-
-impl From<&Slots> for MemoryNumaStat {
-    fn from(s: &Slots) -> Self {
-        s.fill(fill_numa_stat)
+    #[test]
+    fn setters_agree_with_fills() {
+        agree(fill_memory_stat, set_memory_stat, MEMSTAT_KEYS);
+        agree(fill_numa_stat, set_numa_stat, NUMA_KEYS);
+        agree(fill_memory_events, set_memory_events, MEMCG_EVENT_KEYS);
+        agree(
+            fill_memory_events_local,
+            set_memory_events_local,
+            MEMCG_EVENT_KEYS,
+        );
     }
 }
