@@ -24,14 +24,6 @@ use crate::MemoryEventsLocal;
 use crate::MemoryNumaStat;
 use crate::MemoryStat;
 
-// fbcode builds the skeleton (the types of the object's data sections),
-// the bindings and the object with buck: the crates `cgroup_stats` and
-// `cgroup_stats_h`, the object at CGROUP_STATS_BPF_O; the open-source build
-// has build.rs write them to OUT_DIR.
-#[cfg(fbcode_build)]
-pub(crate) use ::cgroup_stats as skel;
-#[cfg(fbcode_build)]
-use ::cgroup_stats_h as h;
 // libbpf-cargo's output: its unwrap()s are not ours to change.
 #[cfg(not(fbcode_build))]
 #[allow(clippy::unwrap_used)]
@@ -44,6 +36,15 @@ pub(crate) mod skel {
 mod h {
     include!(concat!(env!("OUT_DIR"), "/cgroup_stats_h.rs"));
 }
+
+// fbcode builds the skeleton (the types of the object's data sections),
+// the bindings and the object with buck: the crates `cgroup_stats` and
+// `cgroup_stats_h`, the object at CGROUP_STATS_BPF_O; the open-source build
+// has build.rs write them to OUT_DIR.
+#[cfg(fbcode_build)]
+pub(crate) use ::cgroup_stats as skel;
+#[cfg(fbcode_build)]
+use ::cgroup_stats_h as h;
 
 /// The compiled BPF object: what is loaded, and its BTF.
 #[cfg(fbcode_build)]
