@@ -259,8 +259,10 @@ macro_rules! numa_items_list {
             hugetlb => NUMA_hugetlb: NR_HUGETLB, Page,
             workingset_refault_anon => NUMA_workingset_refault_anon: WORKINGSET_REFAULT_ANON, One,
             workingset_refault_file => NUMA_workingset_refault_file: WORKINGSET_REFAULT_FILE, One,
-            workingset_activate_anon => NUMA_workingset_activate_anon: WORKINGSET_ACTIVATE_ANON, One,
-            workingset_activate_file => NUMA_workingset_activate_file: WORKINGSET_ACTIVATE_FILE, One,
+            workingset_activate_anon => NUMA_workingset_activate_anon:
+                WORKINGSET_ACTIVATE_ANON, One,
+            workingset_activate_file => NUMA_workingset_activate_file:
+                WORKINGSET_ACTIVATE_FILE, One,
             workingset_restore_anon => NUMA_workingset_restore_anon: WORKINGSET_RESTORE_ANON, One,
             workingset_restore_file => NUMA_workingset_restore_file: WORKINGSET_RESTORE_FILE, One,
             workingset_nodereclaim => NUMA_workingset_nodereclaim: WORKINGSET_NODERECLAIM, One,
@@ -315,7 +317,7 @@ pub(crate) struct Fact {
 
 /// The kernel facts: bit FACT_fact of a pass's `facts` is KERNEL_FACTS[i].
 macro_rules! kernel_facts {
-    ($($name:ident => $c:ident: $kind:ident, $ty:ident.$member:ident, $files:literal,)*) => {
+    ($($name:ident => $c:ident: $kind:ident, $ty:ident.$member:ident, $($files:literal)+,)*) => {
         check_c_enum!("FACT_", NR_FACTS, $($name => $c),*);
         pub(crate) const KERNEL_FACTS: &[Fact] = &[$(Fact {
             #[cfg(test)]
@@ -323,7 +325,7 @@ macro_rules! kernel_facts {
             kind: FactKind::$kind,
             ty: stringify!($ty),
             member: stringify!($member),
-            files: $files,
+            files: concat!($($files),+),
         },)*];
     };
 }
@@ -339,25 +341,37 @@ kernel_facts! {
     pids_ctrl => FACT_pids_ctrl: Enumval, cgroup_subsys_id.pids_cgrp_id, "pids.current pids.max",
     pids_counter => FACT_pids_counter: Field, pids_cgroup.counter, "pids.current",
     pids_limit => FACT_pids_limit: Field, pids_cgroup.limit, "pids.max",
-    cpuset_ctrl => FACT_cpuset_ctrl: Enumval, cgroup_subsys_id.cpuset_cgrp_id, "cpuset.cpus cpuset.cpus.effective cpuset.mems cpuset.mems.effective",
+    cpuset_ctrl => FACT_cpuset_ctrl: Enumval, cgroup_subsys_id.cpuset_cgrp_id,
+        "cpuset.cpus cpuset.cpus.effective cpuset.mems cpuset.mems.effective",
     cpuset_cpus => FACT_cpuset_cpus: Cpumask, cpuset.cpus_allowed, "cpuset.cpus",
-    cpuset_cpus_effective => FACT_cpuset_cpus_effective: Cpumask, cpuset.effective_cpus, "cpuset.cpus.effective",
+    cpuset_cpus_effective => FACT_cpuset_cpus_effective: Cpumask, cpuset.effective_cpus,
+        "cpuset.cpus.effective",
     cpuset_mems => FACT_cpuset_mems: Field, cpuset.mems_allowed, "cpuset.mems",
-    cpuset_mems_effective => FACT_cpuset_mems_effective: Field, cpuset.effective_mems, "cpuset.mems.effective",
-    memory_ctrl => FACT_memory_ctrl: Enumval, cgroup_subsys_id.memory_cgrp_id, "memory.current memory.stat memory.swap.current memory.min memory.low memory.high memory.max memory.swap.max memory.zswap.max memory.zswap.writeback memory.events memory.events.local memory.numa_stat",
-    memcg_memory => FACT_memcg_memory: Field, mem_cgroup.memory, "memory.current memory.min memory.low memory.high memory.max",
+    cpuset_mems_effective => FACT_cpuset_mems_effective: Field, cpuset.effective_mems,
+        "cpuset.mems.effective",
+    memory_ctrl => FACT_memory_ctrl: Enumval, cgroup_subsys_id.memory_cgrp_id,
+        "memory.current memory.stat memory.swap.current memory.min memory.low memory.high "
+        "memory.max memory.swap.max memory.zswap.max memory.zswap.writeback memory.events "
+        "memory.events.local memory.numa_stat",
+    memcg_memory => FACT_memcg_memory: Field, mem_cgroup.memory,
+        "memory.current memory.min memory.low memory.high memory.max",
     memcg_swap => FACT_memcg_swap: Field, mem_cgroup.swap, "memory.swap.current memory.swap.max",
     memcg_zswap_max => FACT_memcg_zswap_max: Field, mem_cgroup.zswap_max, "memory.zswap.max",
-    memcg_zswap_writeback => FACT_memcg_zswap_writeback: Field, mem_cgroup.zswap_writeback, "memory.zswap.writeback",
-    page_counter_usage => FACT_page_counter_usage: Field, page_counter.usage, "memory.current memory.swap.current",
+    memcg_zswap_writeback => FACT_memcg_zswap_writeback: Field, mem_cgroup.zswap_writeback,
+        "memory.zswap.writeback",
+    page_counter_usage => FACT_page_counter_usage: Field, page_counter.usage,
+        "memory.current memory.swap.current",
     page_counter_min => FACT_page_counter_min: Field, page_counter.min, "memory.min",
     page_counter_low => FACT_page_counter_low: Field, page_counter.low, "memory.low",
     page_counter_high => FACT_page_counter_high: Field, page_counter.high, "memory.high",
-    page_counter_max => FACT_page_counter_max: Field, page_counter.max, "memory.max memory.swap.max",
+    page_counter_max => FACT_page_counter_max: Field, page_counter.max,
+        "memory.max memory.swap.max",
     memcg_events => FACT_memcg_events: Field, mem_cgroup.memory_events, "memory.events",
-    memcg_events_local => FACT_memcg_events_local: Field, mem_cgroup.memory_events_local, "memory.events.local",
+    memcg_events_local => FACT_memcg_events_local: Field, mem_cgroup.memory_events_local,
+        "memory.events.local",
     memcg_nodeinfo => FACT_memcg_nodeinfo: Field, mem_cgroup.nodeinfo, "memory.numa_stat",
-    lruvec_stats_ptr => FACT_lruvec_stats_ptr: Field, mem_cgroup_per_node.lruvec_stats, "memory.numa_stat",
+    lruvec_stats_ptr => FACT_lruvec_stats_ptr: Field, mem_cgroup_per_node.lruvec_stats,
+        "memory.numa_stat",
     lruvec_state => FACT_lruvec_state: Field, lruvec_stats.state, "memory.numa_stat",
     n_memory => FACT_n_memory: Enumval, node_states.N_MEMORY, "memory.numa_stat",
 }
