@@ -144,19 +144,16 @@ harness_steps() {
   grep -q '^\[features\]' "$f" || die "harness: no [features] in $f"
   grep -q '^vmtest = ' "$f" || sed -i '/^\[features\]/a vmtest = []' "$f"
   # bindgen's `static` feature links libclang.a, which Debian does not ship.
-  # (The series drops cgroupfs's bindgen: then there is nothing to switch.)
   # `runtime` turns on clang-sys's optional libloading, which enters the
   # lock: cargo adds it (the one unlocked cargo here), and must change
   # nothing else in the lock (the builds are --locked).
-  if grep -q '^bindgen = ' "$f"; then
-    grep -q '^bindgen = .*"static"' "$f" || die "harness: no bindgen \"static\" feature in $f"
-    sed -i '/^bindgen = /s/"static"/"runtime"/' "$f"
-    (cd "$dir" && cargo metadata --format-version 1 >/dev/null) || die "harness: cargo metadata failed in $dir"
-    case "$(git -C "$dir" diff --numstat -- Cargo.lock | cut -f2)" in
-      "" | 0) ;;
-      *) git -C "$dir" diff -- Cargo.lock >&2; die "harness: bindgen's runtime feature changed more than it adds to $dir/Cargo.lock" ;;
-    esac
-  fi
+  grep -q '^bindgen = .*"static"' "$f" || die "harness: no bindgen \"static\" feature in $f"
+  sed -i '/^bindgen = /s/"static"/"runtime"/' "$f"
+  (cd "$dir" && cargo metadata --format-version 1 >/dev/null) || die "harness: cargo metadata failed in $dir"
+  case "$(git -C "$dir" diff --numstat -- Cargo.lock | cut -f2)" in
+    "" | 0) ;;
+    *) git -C "$dir" diff -- Cargo.lock >&2; die "harness: bindgen's runtime feature changed more than it adds to $dir/Cargo.lock" ;;
+  esac
   ugit -C "$dir" commit -q -a -m "harness: declare cgroupfs's vmtest feature; bindgen runtime, not static (Debian ships no libclang.a), with what that adds to Cargo.lock"
 }
 
@@ -256,10 +253,10 @@ steps_locked() {
         [ -d "$t" ] && cp -a "$t" "$(target_of "$dir")" && break
       done
     fi
-    log "reader patch $k of $n: cargo build --release -p below; cargo test --release -p cgroupfs (log: $log)"
-    { ucargo "$dir" build --release -p below && ucargo "$dir" test --release -p cgroupfs; } >"$log" 2>&1 \
-      || { tail -n 40 "$log" >&2; die "reader patch $k of $n: build or cgroupfs's tests failed"; }
-    grep -h '^test result' "$log" >&2 || true
+    log "reader patch $k of $n: cargo build --release -p below (log: $log)"
+    ucargo "$dir" build --release -p below >"$log" 2>&1 \
+      || { tail -n 40 "$log" >&2; die "reader patch $k of $n: the build failed"; }
+    ci_tests "$dir" "$UP/steps-test.log" "reader patch $k of $n"
     echo "$key" >>"$UP/steps.ok"
   done
 }
@@ -275,12 +272,20 @@ upstream_tests() {
 }
 
 run_tests_locked() {
-  local variant=$1 dir skips=() log="$UP/test-$1.log" t0=$SECONDS rc=0
+  local variant=$1 dir
   if [ "$variant" = patched ] && [ "$(variant_key patched)" = "$(variant_key stock)" ]; then
     dir=$(upstream_tree stock) # the same tree: its crates are built already
   else
     dir=$(upstream_tree "$variant")
   fi
+  ci_tests "$dir" "$UP/test-$variant.log" "$variant"
+}
+
+# ci_tests DIR LOG LABEL: `cargo test --release -- --skip ...` in DIR with
+# the --skip list read from its .github/workflows/ci.yml (tests that need
+# cgroup2 on the host). Prints the summed counts; dies when a test fails.
+ci_tests() {
+  local dir=$1 log=$2 label=$3 skips=() t0=$SECONDS rc=0
   mapfile -t skips < <(grep -oE -- '--skip [A-Za-z0-9_:]+' "$dir/.github/workflows/ci.yml" | tr ' ' '\n')
   [ ${#skips[@]} -gt 0 ] || die "no --skip list in $dir/.github/workflows/ci.yml (did the CI workflow change?)"
   # CI's runner has cgroup2 at /sys/fs/cgroup; these build a model from it.
@@ -288,25 +293,25 @@ run_tests_locked() {
     log "no cgroup2 at /sys/fs/cgroup here: also skipping below-view's controllers::test (they collect a sample from it)"
     skips+=(--skip controllers::test::test_belowrc_to_event --skip controllers::test::test_event_controller_override)
   fi
-  log "$variant: cargo test --release --no-fail-fast -- ${skips[*]} (log: $log)"
+  log "$label: cargo test --release --no-fail-fast -- ${skips[*]} (log: $log)"
   ucargo "$dir" test --release --no-fail-fast -- "${skips[@]}" >"$log" 2>&1 || rc=$?
   if [ $rc -ne 0 ]; then
     # Some of upstream's tests race a 20 ms timeout (fb_procfs's
     # test_pid_cmdline_loop) and fail on a loaded 2-core machine: one more
     # run, and the first run's failures stay in the log.
-    log "$variant: failed: $(grep -E '^test .* FAILED' "$log" | awk '{print $2}' | tr '\n' ' ')-- running the tests once more"
+    log "$label: failed: $(grep -E '^test .* FAILED' "$log" | awk '{print $2}' | tr '\n' ' ')-- running the tests once more"
     mv "$log" "$log.first"
     rc=0
     ucargo "$dir" test --release --no-fail-fast -- "${skips[@]}" >"$log" 2>&1 || rc=$?
-    [ $rc -ne 0 ] || log "$variant: passed the second time (first run's log: $log.first)"
+    [ $rc -ne 0 ] || log "$label: passed the second time (first run's log: $log.first)"
   fi
   awk '/^test result:/ { for (i = 1; i <= NF; i++) if ($i ~ /^[0-9]+$/) c[$(i + 1)] += $i }
     END { printf "[upstream] tests: %d passed, %d failed, %d ignored, %d filtered out\n",
           c["passed;"], c["failed;"], c["ignored;"], c["filtered"] }' "$log" >&2
-  log "$variant: cargo test took $((SECONDS - t0)) s"
+  log "$label: cargo test took $((SECONDS - t0)) s"
   if [ $rc -ne 0 ]; then
     grep -E "^(test .* FAILED|failures:|error)" "$log" | head -n 40 >&2
-    die "$variant: cargo test failed (rc $rc, log $log)"
+    die "$label: cargo test failed (rc $rc, log $log)"
   fi
 }
 

@@ -10,11 +10,11 @@
 # agree; upstream's own vmtest parity tests (cgroupfs's cgroup_bpf::tests)
 # run in the 7.3, 7.2 and 6.12 guests. The series must carry
 # below/collector's files unchanged (sync.sh --check).
-# --steps (`./x test --full`; a cold run costs ~20 min on 2 cores, so CI
+# --steps (`./x test --full`; a cold run costs ~1 h on 2 cores, so CI
 # leaves it out): instead, each pull request and patch on its own —
 # stock (the build fixes alone) builds and, reading files, dumps what
 # patched below main reads by BPF; each reader patch before the last builds
-# and passes cgroupfs's tests.
+# and passes upstream's tests as its CI runs them.
 # Skips (exit 0) when the tarball is absent.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -55,7 +55,7 @@ guest() {
 check "build (bstats-check)" build_release
 check "build below main with the series$($steps && echo ", and stock")" binaries
 if $steps; then
-  check "each reader patch before the last builds and passes cgroupfs's tests" upstream_steps
+  check "each reader patch before the last builds and passes upstream's tests" upstream_steps
   check "7.3 guest: stock reading files and patched with enable_cgroup_bpf dump the same" \
     guest debian-7.3 "cgroup BPF: memory.stat from BPF"
   tally_summary
