@@ -137,15 +137,36 @@ fn member_type<'b>(btf: &'b KernelBtf, name: &str, member: &str) -> Option<BtfTy
     )
 }
 
-/// Where memory_numa_stat_show()'s values are on the running kernel: the
-/// position of each item among the memcg_node_stat_items[] it has. Checked
-/// by name: every item of its `enum node_stat_item` is one we know to be
-/// in the array or not, those in it come in the enum's order (the kernel's
-/// array is), and they add up to the length of `lruvec_stats.state[]`.
+/// Where memory_numa_stat_show()'s values are on the running kernel (see
+/// [`layout_of`]), from its BTF.
 pub(crate) fn numa_layout(btf: &KernelBtf) -> Result<NumaLayout> {
     let items = btf
         .enum_values("node_stat_item")
         .ok_or(anyhow!("no enum node_stat_item in BTF"))?;
+    if member_type(btf, "mem_cgroup_per_node", "lruvec_stats").map(|t| t.kind())
+        != Some(BtfKind::Ptr)
+    {
+        bail!("unknown lruvec_stats layout: not a pointer in mem_cgroup_per_node");
+    }
+    let len = member_type(btf, "lruvec_stats", "state")
+        .and_then(|t| types::Array::try_from(t).ok())
+        .map(|a| a.capacity())
+        .ok_or(anyhow!(
+            "unknown lruvec_stats layout: no state[] array in BTF"
+        ))?;
+    let thp = btf
+        .enum_values("vm_event_item")
+        .is_some_and(|e| e.iter().any(|(n, _)| n == "THP_FAULT_ALLOC"));
+    layout_of(&items, len, thp)
+}
+
+/// The position of each NUMA_ITEMS item among the memcg_node_stat_items[]
+/// a kernel has, given its `enum node_stat_item` (names, values), the
+/// length of its `lruvec_stats.state[]` and whether it prints the THP
+/// lines. Checked by name: every item of the enum is one we know to be in
+/// the array or not, those in it come in the enum's order (the kernel's
+/// array is), and they add up to the array's length.
+fn layout_of(items: &[(String, i64)], len: usize, thp: bool) -> Result<NumaLayout> {
     if let Some((unknown, _)) = items.iter().find(|(n, _)| {
         !MEMCG_NODE_STAT_ITEMS.contains(&n.as_str())
             && !NOT_MEMCG_NODE_STAT_ITEMS.contains(&n.as_str())
@@ -163,30 +184,15 @@ pub(crate) fn numa_layout(btf: &KernelBtf) -> Result<NumaLayout> {
             w[0].0
         );
     }
-    let present: Vec<&str> = present.into_iter().map(|(n, _)| n).collect();
-    if member_type(btf, "mem_cgroup_per_node", "lruvec_stats").map(|t| t.kind())
-        != Some(BtfKind::Ptr)
-    {
-        bail!("unknown lruvec_stats layout: not a pointer in mem_cgroup_per_node");
-    }
-    let len = member_type(btf, "lruvec_stats", "state")
-        .and_then(|t| types::Array::try_from(t).ok())
-        .map(|a| a.capacity())
-        .ok_or(anyhow!(
-            "unknown lruvec_stats layout: no state[] array in BTF"
-        ))?;
     if len != present.len() {
         bail!(
             "unknown lruvec_stats layout: {len} items in BTF, {} expected",
             present.len()
         );
     }
-    let thp = btf
-        .enum_values("vm_event_item")
-        .is_some_and(|e| e.iter().any(|(n, _)| n == "THP_FAULT_ALLOC"));
     Ok(std::array::from_fn(|n| {
         let it = &NUMA_ITEMS[n];
-        match present.iter().position(|&p| p == it.item) {
+        match present.iter().position(|&(p, _)| p == it.item) {
             Some(i) if thp || !THP_ITEMS.contains(&it.item) => i as u32,
             _ => NUMA_NO_IDX,
         }
@@ -351,3 +357,6 @@ pub(crate) fn swap_files_this_boot(root: BorrowedFd) -> Result<()> {
     }
     bail!("cannot tell whether this boot has memory.swap.*: no cgroup has the memory controller")
 }
+
+#[cfg(test)]
+mod tests;

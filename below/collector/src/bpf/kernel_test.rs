@@ -128,13 +128,3 @@ fn swap_files_from_btf() {
     let why = k.swap_files.unwrap_err().to_string();
     assert!(why.contains("CONFIG_SWAP"), "{why}");
 }
-
-#[test]
-fn numa_items_are_memcg_node_stat_items() {
-    for it in NUMA_ITEMS {
-        assert!(MEMCG_NODE_STAT_ITEMS.contains(&it.item), "{}", it.item);
-    }
-    for thp in THP_ITEMS {
-        assert!(NUMA_ITEMS.iter().any(|it| it.item == thp), "{thp}");
-    }
-}
