@@ -91,18 +91,24 @@ fn thp_lines_only_where_printed() {
 fn a_new_item_is_refused() {
     let (mut items, len) = kernel(&[]);
     items.insert(3, ("NR_SOMETHING_NEW".to_string(), 3));
-    let why = layout_of(&items, len, true).unwrap_err().to_string();
+    let why = layout_of(&items, len, true)
+        .expect_err("a new item")
+        .to_string();
     assert!(why.contains("NR_SOMETHING_NEW is new"), "{why}");
 }
 
 #[test]
 fn another_length_or_order_is_refused() {
     let (items, len) = kernel(&[]);
-    let why = layout_of(&items, len + 1, true).unwrap_err().to_string();
+    let why = layout_of(&items, len + 1, true)
+        .expect_err("another length")
+        .to_string();
     assert!(why.contains("expected"), "{why}");
     let mut swapped = items.clone();
     swapped.swap(0, 1);
     (swapped[0].1, swapped[1].1) = (0, 1);
-    let why = layout_of(&swapped, len, true).unwrap_err().to_string();
+    let why = layout_of(&swapped, len, true)
+        .expect_err("another order")
+        .to_string();
     assert!(why.contains("before"), "{why}");
 }
