@@ -460,9 +460,9 @@ pub fn cputime_adjust(rtime: u64, utime: u64, stime: u64, prev: (u64, u64)) -> (
     (ut, st)
 }
 
-/// The bytes of a NUL-terminated C char array (a skeleton's `[i8; N]`)
-/// before the NUL.
-pub fn c_bytes(chars: &[i8]) -> Vec<u8> {
+/// The bytes of a NUL-terminated C char array before the NUL (`c_char`
+/// is i8 or u8 by target).
+pub fn c_bytes(chars: &[std::ffi::c_char]) -> Vec<u8> {
     chars
         .iter()
         .map(|&c| c as u8)
@@ -473,5 +473,8 @@ pub fn c_bytes(chars: &[i8]) -> Vec<u8> {
 /// The size of a page, for mappings and page counters.
 pub fn page_size() -> u64 {
     // SAFETY: sysconf has no preconditions.
-    unsafe { libc::sysconf(libc::_SC_PAGESIZE) as u64 }
+    match unsafe { libc::sysconf(libc::_SC_PAGESIZE) } {
+        n if n > 0 => n as u64,
+        _ => panic!("sysconf(_SC_PAGESIZE) failed"),
+    }
 }

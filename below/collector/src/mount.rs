@@ -18,11 +18,9 @@ pub fn find_cgroup2_mount() -> Result<PathBuf> {
 
 /// Whether that mount accounts hugetlb to memcg (`memory_hugetlb_accounting`:
 /// memory.stat then prints hugetlb); false when it cannot tell.
-pub(crate) fn hugetlb_accounting() -> bool {
-    mountinfo().is_ok_and(|mi| {
-        cgroup2_in(&mi)
-            .is_some_and(|(_, opts)| opts.split(',').any(|o| o == "memory_hugetlb_accounting"))
-    })
+pub(crate) fn hugetlb_accounting() -> Result<bool> {
+    Ok(cgroup2_in(&mountinfo()?)
+        .is_some_and(|(_, opts)| opts.split(',').any(|o| o == "memory_hugetlb_accounting")))
 }
 
 fn mountinfo() -> Result<String> {

@@ -29,6 +29,9 @@ pub enum NotServed {
     MissingKsym(String),
     /// memory.swap.* are absent, or cannot be told present, on this boot.
     NoSwapFiles(String),
+    /// Whether memory.stat prints hugetlb (the cgroup2 mount's
+    /// memory_hugetlb_accounting) cannot be told.
+    HugetlbAccounting(String),
     /// No memory.numa_stat (CONFIG_NUMA).
     NoNumaStat,
     /// Where memory.numa_stat's values are is not known from BTF.
@@ -60,6 +63,7 @@ impl fmt::Display for NotServed {
             NotServed::MissingKsym(name) => write!(f, "kernel symbol {name} not in kallsyms"),
             NotServed::NoSwapFiles(why)
             | NotServed::NumaLayout(why)
+            | NotServed::HugetlbAccounting(why)
             | NotServed::NoPsi(why)
             | NotServed::PsiNoClock(why) => f.write_str(why),
             NotServed::NoNumaStat => f.write_str("kernel has no memory.numa_stat (CONFIG_NUMA)"),

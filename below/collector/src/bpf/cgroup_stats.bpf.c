@@ -33,7 +33,11 @@
  *   meanwhile are seen or not, as by a reader walking the directories.
  *   Needs bpf_iter_css_new (6.7) and bpf_cgroup_from_id.
  */
-#include "vmlinux.h"
+#ifdef FBCODE_BUILD
+#include <bpf/vmlinux/vmlinux.h>
+#else
+#include <vmlinux.h>
+#endif
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_core_read.h>
 #include "cgroup_stats.h"

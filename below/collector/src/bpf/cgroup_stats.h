@@ -45,8 +45,8 @@
 #define BIT_MASK(name) name = 1U << name##_BIT,
 /* clang-format off */
 #define BITS(list, tag)                                                       \
-	enum tag##_bit { list(BIT_POS) };                                     \
-	enum tag##_flag { list(BIT_MASK) }
+  enum tag##_bit { list(BIT_POS) };                                           \
+  enum tag##_flag { list(BIT_MASK) }
 /* clang-format on */
 
 /* Which controllers' state the cgroup has (its own css): record.flags. */

@@ -92,7 +92,7 @@ impl Decoder {
         if pages == i64::MAX as u64 / self.page_size {
             -1
         } else {
-            (pages * self.page_size) as i64
+            self.bytes(pages)
         }
     }
 
@@ -103,7 +103,7 @@ impl Decoder {
 
     /// Bytes of a page count.
     pub(crate) fn bytes(&self, pages: u64) -> i64 {
-        (pages * self.page_size) as i64
+        i64::try_from(pages.saturating_mul(self.page_size)).unwrap_or(i64::MAX)
     }
 
     /// memory.numa_stat from a record's `rows` (one per node id, see

@@ -60,6 +60,9 @@ pub(crate) struct Probed {
     /// memory.swap.* exist on this boot (CONFIG_SWAP, not turned off), or
     /// why not.
     pub(crate) swap_files: Result<(), String>,
+    /// Whether the cgroup2 mount accounts hugetlb to memcg is known (the
+    /// record's memory.stat follows it), or why not.
+    pub(crate) hugetlb_accounting: Result<(), String>,
     /// The trial pass's FEAT_* bits.
     pub(crate) features: u32,
     /// The trial pass's KERNEL_FACTS bits.
@@ -92,7 +95,8 @@ pub(crate) fn probe_with(root_fd: BorrowedFd, btf: Option<&Path>) -> Probe {
     if std::env::var_os(WALK_ENV).is_some_and(|v| v == "locked") {
         config.rcu_walk = Err(LOCKED_BY_ENV);
     }
-    config.hugetlb_accounting = crate::mount::hugetlb_accounting();
+    let hugetlb_accounting = crate::mount::hugetlb_accounting();
+    config.hugetlb_accounting = *hugetlb_accounting.as_ref().unwrap_or(&false);
     let (mut program, no_fork) = match Program::first(root_fd, config, btf) {
         Ok(p) => p,
         Err(e) => return fail(format!("cannot load the cgroup iterator: {e:#}")),
@@ -113,6 +117,9 @@ pub(crate) fn probe_with(root_fd: BorrowedFd, btf: Option<&Path>) -> Probe {
         swap_files: swap_files
             .and_then(|()| swap_files_this_boot(root_fd))
             .map_err(|e| format!("{e:#}")),
+        hugetlb_accounting: hugetlb_accounting
+            .map(|_| ())
+            .map_err(|e| format!("cannot tell whether memory.stat prints hugetlb: {e:#}")),
         features: pass.features,
         facts: pass.facts,
         psi,
@@ -154,6 +161,13 @@ pub(crate) fn support(found: &Probed) -> Support {
         for f in fact_files(fact) {
             never(f, missing(fact), &mut files);
         }
+    }
+    if let Err(why) = &found.hugetlb_accounting {
+        never(
+            StatFile::MemoryStat,
+            NotServed::HugetlbAccounting(why.clone()),
+            &mut files,
+        );
     }
     if let Err(why) = &found.swap_files {
         for f in [

@@ -49,6 +49,7 @@ fn full() -> Probed {
         has_numa_stat: true,
         numa_layout: Ok(()),
         swap_files: Ok(()),
+        hugetlb_accounting: Ok(()),
         features: FEAT_CPU_FLUSH | FEAT_MEMCG_KFUNCS | FEAT_NUMA,
         facts: (1 << KERNEL_FACTS.len()) - 1,
         psi: Ok(psi_with(FEAT_PSI | FEAT_PSI_CLOCK, 0)),
@@ -365,6 +366,17 @@ fn config_and_machine_limits() {
     );
     let why = NotServed::NoSwapFiles(no_swap_why.into());
     check(&p, &[(MemorySwapMax, Read, &[Not(Bpf, why)])]);
+
+    // Unreadable mountinfo: whether memory.stat prints hugetlb is unknown.
+    let unknown_why = "cannot tell whether memory.stat prints hugetlb: no mountinfo";
+    let unknown = Probed {
+        hugetlb_accounting: Err(unknown_why.into()),
+        ..full()
+    };
+    let p = plan(BackendChoice::Auto, Ok(&unknown), false);
+    all_but(&p, &[IoStat, MemoryStat], Bpf);
+    let why = NotServed::HugetlbAccounting(unknown_why.into());
+    check(&p, &[(MemoryStat, Read, &[Not(Bpf, why)])]);
 
     let no_numa = Probed {
         has_numa_stat: false,

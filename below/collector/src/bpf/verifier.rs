@@ -210,7 +210,7 @@ pub fn verifier_stats(root: &Path, loads: usize) -> Result<VerifierStats> {
     let btf = KernelBtf::open(None)?;
     let mut config = Kernel::read(&btf).config;
     // As the backend sets it (bpf::probe).
-    config.hugetlb_accounting = crate::mount::hugetlb_accounting();
+    config.hugetlb_accounting = crate::mount::hugetlb_accounting()?;
     let mut forms = Vec::new();
     for whose in [Whose::BelowMain, Whose::Fork] {
         for rcu in [false, true] {
