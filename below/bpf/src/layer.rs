@@ -34,6 +34,9 @@ use std::os::fd::AsRawFd;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::ptr::NonNull;
+use std::sync::Mutex;
+use std::sync::MutexGuard;
+use std::sync::PoisonError;
 
 use anyhow::bail;
 use anyhow::Context;
@@ -49,6 +52,7 @@ use libbpf_rs::MapCore;
 use libbpf_rs::Object;
 use libbpf_rs::OpenMapMut;
 use libbpf_rs::OpenObject;
+use libbpf_rs::PrintCallback;
 use libbpf_rs::PrintLevel;
 use libbpf_rs::ProgramMut;
 
@@ -124,40 +128,57 @@ thread_local! {
     static SAID: RefCell<Option<Vec<String>>> = const { RefCell::new(None) };
 }
 
+/// Loads under way (on any thread) and libbpf's print callback from before
+/// the first of them, put back when the last one ends.
+static LOADS: Mutex<(usize, Option<(PrintLevel, PrintCallback)>)> = Mutex::new((0, None));
+
+fn loads() -> MutexGuard<'static, (usize, Option<(PrintLevel, PrintCallback)>)> {
+    LOADS.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
 /// Runs `f` with libbpf's warnings on this thread kept, not printed: a
 /// failed load's error carries them (the loaders fall back and say why,
 /// so a user without the right to load BPF sees one reason, not libbpf's
-/// lines on stderr), a load that succeeds drops them.
+/// lines on stderr), a load that succeeds drops them. libbpf's callback is
+/// ours only while a load runs; all else goes to the one it had.
 fn libbpf_says<T>(f: impl FnOnce() -> T) -> (T, Vec<String>) {
-    static INSTALL: std::sync::Once = std::sync::Once::new();
-    INSTALL.call_once(|| {
-        libbpf_rs::set_print(Some((PrintLevel::Warn, keep_or_print)));
-    });
+    {
+        let mut loads = loads();
+        if loads.0 == 0 {
+            loads.1 = libbpf_rs::set_print(Some((PrintLevel::Debug, keep_or_pass_on)));
+        }
+        loads.0 += 1;
+    }
     SAID.with(|s| *s.borrow_mut() = Some(Vec::new()));
     let out = f();
-    (
-        out,
-        SAID.with(|s| s.borrow_mut().take()).unwrap_or_default(),
-    )
+    let said = SAID.with(|s| s.borrow_mut().take()).unwrap_or_default();
+    let mut loads = loads();
+    loads.0 -= 1;
+    if loads.0 == 0 {
+        libbpf_rs::set_print(loads.1.take());
+    }
+    (out, said)
 }
 
-/// libbpf's print callback: kept during a load on this thread, else
-/// printed as libbpf would.
-fn keep_or_print(_: PrintLevel, msg: String) {
-    let msg = msg
-        .trim_end()
-        .strip_prefix("libbpf: ")
-        .unwrap_or(msg.trim_end())
-        .to_owned();
-    let printed = SAID.with(|s| match s.borrow_mut().as_mut() {
-        Some(said) => {
-            said.push(msg.clone());
-            None
-        }
-        None => Some(msg),
-    });
-    if let Some(msg) = printed {
-        eprintln!("libbpf: {msg}");
+/// libbpf's print callback during loads: a loading thread's warnings are
+/// kept; the rest goes to the callback from before, at its level.
+fn keep_or_pass_on(level: PrintLevel, msg: String) {
+    let kept = level == PrintLevel::Warn
+        && SAID.with(|s| match s.borrow_mut().as_mut() {
+            Some(said) => {
+                let m = msg.trim_end();
+                said.push(m.strip_prefix("libbpf: ").unwrap_or(m).to_owned());
+                true
+            }
+            None => false,
+        });
+    if kept {
+        return;
+    }
+    let before = loads().1;
+    match before {
+        Some((max, callback)) if level <= max => callback(level, msg),
+        _ => {}
     }
 }
 
