@@ -128,12 +128,16 @@ thread_local! {
     static SAID: RefCell<Option<Vec<String>>> = const { RefCell::new(None) };
 }
 
-/// Loads under way (on any thread) and libbpf's print callback from before
-/// the first of them, put back when the last one ends.
-static LOADS: Mutex<(usize, Option<(PrintLevel, PrintCallback)>)> = Mutex::new((0, None));
+/// Loads under way, on any thread.
+static LOADS: Mutex<usize> = Mutex::new(0);
+/// libbpf's print callback from before the first of them, put back when
+/// the last one ends. A lock of its own: libbpf-rs calls a callback with
+/// its own lock held, which `set_print` takes, so the callback must not
+/// wait for LOADS, which is held around `set_print`.
+static BEFORE: Mutex<Option<(PrintLevel, PrintCallback)>> = Mutex::new(None);
 
-fn loads() -> MutexGuard<'static, (usize, Option<(PrintLevel, PrintCallback)>)> {
-    LOADS.lock().unwrap_or_else(PoisonError::into_inner)
+fn lock<T>(m: &'static Mutex<T>) -> MutexGuard<'static, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// Runs `f` with libbpf's warnings on this thread kept, not printed: a
@@ -143,19 +147,22 @@ fn loads() -> MutexGuard<'static, (usize, Option<(PrintLevel, PrintCallback)>)> 
 /// ours only while a load runs; all else goes to the one it had.
 fn libbpf_says<T>(f: impl FnOnce() -> T) -> (T, Vec<String>) {
     {
-        let mut loads = loads();
-        if loads.0 == 0 {
-            loads.1 = libbpf_rs::set_print(Some((PrintLevel::Debug, keep_or_pass_on)));
+        let mut loads = lock(&LOADS);
+        if *loads == 0 {
+            *lock(&BEFORE) = libbpf_rs::get_print();
+            libbpf_rs::set_print(Some((PrintLevel::Debug, keep_or_pass_on)));
         }
-        loads.0 += 1;
+        *loads += 1;
     }
     SAID.with(|s| *s.borrow_mut() = Some(Vec::new()));
     let out = f();
     let said = SAID.with(|s| s.borrow_mut().take()).unwrap_or_default();
-    let mut loads = loads();
-    loads.0 -= 1;
-    if loads.0 == 0 {
-        libbpf_rs::set_print(loads.1.take());
+    let mut loads = lock(&LOADS);
+    *loads -= 1;
+    if *loads == 0 {
+        // Copied, not taken: a callback under way may still read it.
+        let before = *lock(&BEFORE);
+        libbpf_rs::set_print(before);
     }
     (out, said)
 }
@@ -175,7 +182,7 @@ fn keep_or_pass_on(level: PrintLevel, msg: String) {
     if kept {
         return;
     }
-    let before = loads().1;
+    let before = *lock(&BEFORE);
     match before {
         Some((max, callback)) if level <= max => callback(level, msg),
         _ => {}

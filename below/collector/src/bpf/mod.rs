@@ -46,6 +46,8 @@ mod kernel;
 #[cfg(test)]
 mod kernel_test;
 mod load;
+#[cfg(test)]
+mod print_test;
 mod probe;
 #[cfg(test)]
 mod probe_test;
