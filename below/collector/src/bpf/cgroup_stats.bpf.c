@@ -29,8 +29,9 @@
  *   lock, as a read of cpu.stat does, lists the cgroups' ids with the css
  *   iterator kfuncs under RCU (briefly: a write to cgroup.procs holding
  *   cgroup_mutex waits for RCU's grace period), then visits each by id
- *   holding a reference. No cgroup lock is held; cgroups made or removed
- *   meanwhile are seen or not, as by a reader walking the directories.
+ *   holding a reference and, for that visit, RCU's read lock. No cgroup
+ *   lock is held; cgroups made or removed meanwhile are seen or not, as by
+ *   a reader walking the directories.
  *   Needs bpf_iter_css_new (6.7) and bpf_cgroup_from_id.
  */
 #ifdef FBCODE_BUILD
@@ -604,8 +605,10 @@ static __always_inline struct record *next_record(__u32 *idx) {
 }
 
 /* The cgroup being visited, for the functions below that read it by
- * CO-RE (a global function's arguments cannot be kernel pointers). */
-__u64 visit_cgroup;
+ * CO-RE (a global function's arguments cannot be kernel pointers).
+ * Static, in a section of its own: libbpf makes a map mmapable only for
+ * non-static variables, and a kernel pointer is not user space's to see. */
+static __u64 visit_cgroup SEC(".data.visit");
 
 /* Every group of the record read by CO-RE (all but memory.stat's), of the
  * cgroup at `visit_cgroup`. A global function: the verifier checks it once,
@@ -686,8 +689,9 @@ static __always_inline void list_cgroups(struct cgroup *root) {
  * kernel lacks would then run).
  *
  * The walk under RCU lists the cgroups' ids first (list_cgroups), then
- * visits each by id holding a reference, with no lock: a cgroup removed
- * in between is left out, as by a reader walking the directories. */
+ * visits each by id holding a reference and RCU's read lock, with no
+ * cgroup lock: a cgroup removed in between is left out, as by a reader
+ * walking the directories. */
 #define CGROUP_PASS(name, START, VISIT)                                        \
   SEC("iter.s/cgroup")                                                         \
   int name(struct bpf_iter__cgroup *ctx) {                                     \
@@ -715,7 +719,12 @@ static __always_inline void list_cgroups(struct cgroup *root) {
     cgrp = bpf_cgroup_from_id(*id);                                            \
     if (!cgrp)                                                                 \
       return 0;                                                                \
+    /* The reference keeps the cgroup, not its controllers' css: without       \
+     * cgroup_mutex, one disabled meanwhile is freed after an RCU grace        \
+     * period. */                                                              \
+    bpf_rcu_read_lock();                                                       \
     VISIT(cgrp, &cgrp->self);                                                  \
+    bpf_rcu_read_unlock();                                                     \
     bpf_cgroup_release(cgrp);                                                  \
     return 0;                                                                  \
   }                                                                            \
