@@ -24,6 +24,7 @@ pub enum NotServed {
     /// The kernel lacks a struct member or enum value the program reads
     /// (e.g. "struct member mem_cgroup.zswap_max").
     MissingFact(String),
+    /// The kfuncs the kernel lacks, comma-separated.
     MissingKfunc(String),
     /// A kernel symbol the program needs is not in kallsyms.
     MissingKsym(String),
@@ -32,6 +33,9 @@ pub enum NotServed {
     /// Whether memory.stat prints hugetlb (the cgroup2 mount's
     /// memory_hugetlb_accounting) cannot be told.
     HugetlbAccounting(String),
+    /// cgroup.controllers, .subtree_control: the kernel has controllers the
+    /// record has no bit for (which ones).
+    UnknownControllers(String),
     /// No memory.numa_stat (CONFIG_NUMA).
     NoNumaStat,
     /// Where memory.numa_stat's values are is not known from BTF.
@@ -64,6 +68,7 @@ impl fmt::Display for NotServed {
             NotServed::NoSwapFiles(why)
             | NotServed::NumaLayout(why)
             | NotServed::HugetlbAccounting(why)
+            | NotServed::UnknownControllers(why)
             | NotServed::NoPsi(why)
             | NotServed::PsiNoClock(why) => f.write_str(why),
             NotServed::NoNumaStat => f.write_str("kernel has no memory.numa_stat (CONFIG_NUMA)"),

@@ -1,7 +1,8 @@
 //! The program loads on a kernel that lacks any one of the KERNEL_FACTS,
 //! and the plan sends exactly the files that need it to plain read, with
-//! the reason. The kernel lacking it is this one with the fact renamed in
-//! a copy of its BTF, which libbpf relocates against (btf_custom_path).
+//! the reason. The kernel lacking it is this one with the member renamed,
+//! or the enum value removed, in a copy of its BTF, which libbpf relocates
+//! against (btf_custom_path).
 //! Also the memory.stat keys that a config prints, told by BTF the same
 //! way. Needs root (loading BPF); skipped with a line otherwise.
 
@@ -96,7 +97,9 @@ fn loads_without_each_optional_fact() {
                 ty: fact.ty,
                 member: fact.member,
             },
-            FactKind::Enumval => Edit::EnumVal {
+            // Removed, not renamed: a renamed controller id is one the
+            // record has no bit for.
+            FactKind::Enumval => Edit::RemoveEnumVal {
                 ty: fact.ty,
                 value: fact.member,
             },

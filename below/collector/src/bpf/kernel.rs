@@ -250,6 +250,50 @@ const MEMCG_KFUNCS: [&str; 5] = [
     "bpf_mem_cgroup_flush_stats",
 ];
 
+/// The memcg kfuncs the kernel's BTF lacks (memory.stat needs all).
+fn lacking_memcg_kfuncs(btf: &KernelBtf) -> Vec<&'static str> {
+    MEMCG_KFUNCS
+        .into_iter()
+        .filter(|f| !btf.has_func(f))
+        .collect()
+}
+
+/// Controllers of `enum cgroup_subsys_id` that cgroup.controllers never
+/// shows: cgroup1-only ones (no cgroup2 files) and perf_event (always on).
+const NEVER_IN_CGROUP_CONTROLLERS: [&str; 6] = [
+    "cpuacct",
+    "devices",
+    "freezer",
+    "net_cls",
+    "perf_event",
+    "net_prio",
+];
+
+/// Ok when the record has a bit for each controller the kernel has that
+/// cgroup.controllers can show, else which ones it lacks: it would leave
+/// them out of cgroup.controllers and .subtree_control.
+fn controllers_in(btf: &KernelBtf) -> Result<()> {
+    let ids = btf
+        .enum_values("cgroup_subsys_id")
+        .context("no enum cgroup_subsys_id in the kernel's BTF")?;
+    let unknown = unknown_controllers(ids.iter().map(|(name, _)| name.as_str()));
+    if !unknown.is_empty() {
+        bail!(
+            "kernel has controllers the record has no bit for: {}",
+            unknown.join(", ")
+        );
+    }
+    Ok(())
+}
+
+/// Of the `enum cgroup_subsys_id` names `ids`, the controllers neither in
+/// CONTROLLERS nor ever left out of cgroup.controllers.
+fn unknown_controllers<'a>(ids: impl Iterator<Item = &'a str>) -> Vec<&'a str> {
+    ids.filter_map(|id| id.strip_suffix("_cgrp_id"))
+        .filter(|c| !CONTROLLERS.contains(c) && !NEVER_IN_CGROUP_CONTROLLERS.contains(c))
+        .collect()
+}
+
 /// KF_* bits for the kfuncs the running kernel's BTF declares.
 fn kfuncs_in(btf: &KernelBtf) -> u32 {
     let has = |name: &str| btf.has_func(name);
@@ -266,27 +310,36 @@ fn kfuncs_in(btf: &KernelBtf) -> u32 {
 }
 
 impl LoadConfig {
+    /// `has_numa_stat`: the kernel has CONFIG_NUMA, and so the node list.
     fn of_this_machine(
         kfuncs: u32,
-        numa: Option<NumaLayout>,
+        has_numa_stat: bool,
         rcu_walk: std::result::Result<(), &'static str>,
-    ) -> Self {
-        // "0-3,8": the last id + 1.
-        let count = |list: &str| {
-            std::fs::read_to_string(list)
-                .ok()
-                .and_then(|s| s.trim().rsplit([',', '-']).next()?.parse::<usize>().ok())
-                .map_or(1, |last| last + 1)
-        };
-        LoadConfig {
-            cpus: count("/sys/devices/system/cpu/possible"),
-            nodes: count("/sys/devices/system/node/possible"),
+    ) -> Result<Self> {
+        Ok(LoadConfig {
+            cpus: count_ids("/sys/devices/system/cpu/possible")?,
+            nodes: match has_numa_stat {
+                true => count_ids("/sys/devices/system/node/possible")?,
+                false => 1,
+            },
             kfuncs,
-            numa,
+            numa: None,
             rcu_walk,
             hugetlb_accounting: false,
-        }
+        })
     }
+}
+
+/// The ids a sysfs list ("0-3,8") allows: its last id + 1. An error, not a
+/// guess: the program would size its reads by it.
+fn count_ids(list: &str) -> Result<usize> {
+    let text = std::fs::read_to_string(list).with_context(|| format!("cannot read {list}"))?;
+    ids_in(&text).with_context(|| format!("{list} is not a list of ids: {:?}", text.trim()))
+}
+
+fn ids_in(list: &str) -> Option<usize> {
+    let last: usize = list.trim().rsplit([',', '-']).next()?.parse().ok()?;
+    Some(last + 1)
 }
 
 /// A function of mm/memcontrol.c built only with CONFIG_SWAP, which also
@@ -302,17 +355,24 @@ pub(crate) struct Kernel {
     pub(crate) has_numa_stat: bool,
     /// Where its values are, or why that is not known.
     pub(crate) numa_layout: Result<NumaLayout>,
+    /// The memcg kfuncs it lacks: memory.stat is read from the file.
+    pub(crate) lacking_memcg_kfuncs: Vec<&'static str>,
+    /// Ok when cgroup.controllers and .subtree_control can be served, else
+    /// why not.
+    pub(crate) controllers: Result<()>,
     /// CONFIG_SWAP: memory.swap.* can exist (the boot may leave them
     /// out: see [`swap_files_this_boot`]); else why not.
     pub(crate) swap_files: Result<()>,
 }
 
 impl Kernel {
-    /// What the kernel's BTF (or a file standing for it) says.
-    pub(crate) fn read(btf: &KernelBtf) -> Self {
+    /// What the kernel's BTF (or a file standing for it) says; an error
+    /// where sysfs does not give the CPU or node ids.
+    pub(crate) fn read(btf: &KernelBtf) -> Result<Self> {
         let has_numa_stat = btf.enum_values("numa_stat_item").is_some();
         let numa_layout = numa_layout(btf);
-        let mut config = LoadConfig::of_this_machine(kfuncs_in(btf), None, rcu_walk_in(btf));
+        let mut config =
+            LoadConfig::of_this_machine(kfuncs_in(btf), has_numa_stat, rcu_walk_in(btf))?;
         if has_numa_stat && config.nodes <= NUMA_NODES {
             config.numa = numa_layout.as_ref().ok().copied();
         }
@@ -322,12 +382,14 @@ impl Kernel {
                 "kernel has no memory.swap.*, memory.zswap.* (CONFIG_SWAP: no {SWAP_FUNC} in BTF)"
             )),
         };
-        Kernel {
+        Ok(Kernel {
             config,
             has_numa_stat,
             numa_layout,
+            lacking_memcg_kfuncs: lacking_memcg_kfuncs(btf),
+            controllers: controllers_in(btf),
             swap_files,
-        }
+        })
     }
 }
 

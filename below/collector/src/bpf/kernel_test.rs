@@ -124,7 +124,7 @@ fn swap_files_from_btf() {
     let Some(dir) = edited_file(&[Edit::Func { name: SWAP_FUNC }]) else {
         return;
     };
-    let k = Kernel::read(&KernelBtf::open(Some(&dir.path().join("vmlinux"))).unwrap());
+    let k = Kernel::read(&KernelBtf::open(Some(&dir.path().join("vmlinux"))).unwrap()).unwrap();
     let why = k.swap_files.unwrap_err().to_string();
     assert!(why.contains("CONFIG_SWAP"), "{why}");
 }

@@ -60,6 +60,11 @@ pub(crate) struct Probed {
     /// memory.swap.* exist on this boot (CONFIG_SWAP, not turned off), or
     /// why not.
     pub(crate) swap_files: Result<(), String>,
+    /// The memcg kfuncs the kernel has, or which it lacks.
+    pub(crate) memcg_kfuncs: Result<(), String>,
+    /// Whether the record has a bit for each controller the kernel has, or
+    /// why not.
+    pub(crate) controllers: Result<(), String>,
     /// Whether the cgroup2 mount accounts hugetlb to memcg is known (the
     /// record's memory.stat follows it), or why not.
     pub(crate) hugetlb_accounting: Result<(), String>,
@@ -85,9 +90,11 @@ pub(crate) fn probe_with(root_fd: BorrowedFd, btf: Option<&Path>) -> Probe {
         config,
         has_numa_stat,
         numa_layout,
+        lacking_memcg_kfuncs,
+        controllers,
         swap_files,
-    } = match KernelBtf::open(btf) {
-        Ok(btf) => Kernel::read(&btf),
+    } = match KernelBtf::open(btf).and_then(|btf| Kernel::read(&btf)) {
+        Ok(kernel) => kernel,
         Err(e) => return fail(format!("{e:#}")),
     };
     let (cpus, nodes) = (config.cpus, config.nodes);
@@ -114,6 +121,11 @@ pub(crate) fn probe_with(root_fd: BorrowedFd, btf: Option<&Path>) -> Probe {
         nodes,
         has_numa_stat,
         numa_layout: numa_layout.map(|_| ()).map_err(|e| format!("{e:#}")),
+        memcg_kfuncs: match lacking_memcg_kfuncs.is_empty() {
+            true => Ok(()),
+            false => Err(lacking_memcg_kfuncs.join(", ")),
+        },
+        controllers: controllers.map_err(|e| format!("{e:#}")),
         swap_files: swap_files
             .and_then(|()| swap_files_this_boot(root_fd))
             .map_err(|e| format!("{e:#}")),
@@ -169,6 +181,11 @@ pub(crate) fn support(found: &Probed) -> Support {
             &mut files,
         );
     }
+    if let Err(why) = &found.controllers {
+        for f in [StatFile::CgroupControllers, StatFile::CgroupSubtreeControl] {
+            never(f, NotServed::UnknownControllers(why.clone()), &mut files);
+        }
+    }
     if let Err(why) = &found.swap_files {
         for f in [
             StatFile::MemorySwapCurrent,
@@ -200,17 +217,17 @@ pub(crate) fn support(found: &Probed) -> Support {
             &mut files,
         );
     }
+    // The loader lets the pass use the memcg kfuncs where BTF has all.
+    let no_memcg_kfuncs =
+        (found.memcg_kfuncs.as_ref().err()).map(|lacking| NotServed::MissingKfunc(lacking.clone()));
     // Still in `files`: the kernel has the file and a record holds its nodes.
     let numa_gap = match &found.numa_layout {
         _ if !files.contains(StatFile::MemoryNumaStat) || features & FEAT_NUMA != 0 => None,
         Err(why) => Some(NotServed::NumaLayout(why.clone())),
-        Ok(_) if features & FEAT_MEMCG_KFUNCS == 0 => Some(NotServed::MissingKfunc(
-            "bpf_mem_cgroup_flush_stats".to_owned(),
-        )),
+        Ok(_) if no_memcg_kfuncs.is_some() => no_memcg_kfuncs.clone(),
         Ok(_) => Some(NotServed::MissingKsym("node_states".to_owned())),
     };
-    if features & FEAT_MEMCG_KFUNCS == 0 {
-        let why = NotServed::MissingKfunc("bpf_mem_cgroup_page_state".to_owned());
+    if let Some(why) = no_memcg_kfuncs {
         never(StatFile::MemoryStat, why, &mut files);
     }
     if let Some(why) = numa_gap {

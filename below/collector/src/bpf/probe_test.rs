@@ -48,6 +48,8 @@ fn full() -> Probed {
         nodes: 1,
         has_numa_stat: true,
         numa_layout: Ok(()),
+        memcg_kfuncs: Ok(()),
+        controllers: Ok(()),
         swap_files: Ok(()),
         hugetlb_accounting: Ok(()),
         features: FEAT_CPU_FLUSH | FEAT_MEMCG_KFUNCS | FEAT_NUMA,
@@ -57,11 +59,16 @@ fn full() -> Probed {
     }
 }
 
+/// What BTF says of a kernel without the memcg kfuncs.
+const NO_MEMCG_KFUNCS: &str = "bpf_get_mem_cgroup, bpf_put_mem_cgroup, bpf_mem_cgroup_page_state, \
+     bpf_mem_cgroup_vm_events, bpf_mem_cgroup_flush_stats";
+
 /// Without the memcg kfuncs (Debian 6.1, 6.12): the pass has no NUMA
 /// values either.
 fn no_memcg_kfuncs() -> Probed {
     Probed {
         features: FEAT_CPU_FLUSH,
+        memcg_kfuncs: Err(NO_MEMCG_KFUNCS.to_owned()),
         ..full()
     }
 }
@@ -194,16 +201,9 @@ fn no_memcg_kfuncs_reads_memory_stat_or_streams_it() {
             (
                 MemoryStat,
                 Read,
-                &[
-                    Not(Bpf, kfunc("bpf_mem_cgroup_page_state")),
-                    Not(Stream, no_streams()),
-                ],
+                &[Not(Bpf, kfunc(NO_MEMCG_KFUNCS)), Not(Stream, no_streams())],
             ),
-            (
-                MemoryNumaStat,
-                Read,
-                &[Not(Bpf, kfunc("bpf_mem_cgroup_flush_stats"))],
-            ),
+            (MemoryNumaStat, Read, &[Not(Bpf, kfunc(NO_MEMCG_KFUNCS))]),
         ],
     );
     // With streams memory.stat comes from its stream; BPF still has cpu.stat.
@@ -218,7 +218,7 @@ fn no_memcg_kfuncs_reads_memory_stat_or_streams_it() {
                 MemoryNumaStat,
                 Read,
                 &[
-                    Not(Bpf, kfunc("bpf_mem_cgroup_flush_stats")),
+                    Not(Bpf, kfunc(NO_MEMCG_KFUNCS)),
                     Not(Stream, NotServed::NoStreamFile(MemoryNumaStat)),
                 ],
             ),
@@ -278,11 +278,7 @@ fn forced_backends() {
     check(
         &p,
         &[
-            (
-                MemoryStat,
-                Read,
-                &[Not(Bpf, kfunc("bpf_mem_cgroup_page_state"))],
-            ),
+            (MemoryStat, Read, &[Not(Bpf, kfunc(NO_MEMCG_KFUNCS))]),
             (CpuStat, Bpf, &[]),
         ],
     );
@@ -349,6 +345,21 @@ fn a_missing_kernel_fact_sends_its_files_to_read() {
             (CpuStat, Bpf, &[]),
         ],
     );
+}
+
+#[test]
+fn unknown_controllers_send_the_controller_files_to_read() {
+    let why = "kernel has controllers the record has no bit for: foo";
+    let found = Probed {
+        controllers: Err(why.to_owned()),
+        ..full()
+    };
+    let p = plan(BackendChoice::Auto, Ok(&found), false);
+    all_but(&p, &[IoStat, CgroupControllers, CgroupSubtreeControl], Bpf);
+    for f in [CgroupControllers, CgroupSubtreeControl] {
+        let says = Not(Bpf, NotServed::UnknownControllers(why.to_owned()));
+        check(&p, &[(f, Read, &[says])]);
+    }
 }
 
 #[test]

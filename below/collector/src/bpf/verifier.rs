@@ -208,7 +208,7 @@ pub fn verifier_stats(root: &Path, loads: usize) -> Result<VerifierStats> {
     crate::check_cgroup2_root(root)?;
     let root_fd = crate::read::open_root(root)?;
     let btf = KernelBtf::open(None)?;
-    let mut config = Kernel::read(&btf).config;
+    let mut config = Kernel::read(&btf)?.config;
     // As the backend sets it (bpf::probe).
     config.hugetlb_accounting = crate::mount::hugetlb_accounting()?;
     let mut forms = Vec::new();

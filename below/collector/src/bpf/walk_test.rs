@@ -53,7 +53,7 @@ fn the_rcu_pass_runs_while_cgroup_mutex_is_held() {
         return;
     };
     let root = File::open(root).unwrap();
-    let kernel = Kernel::read(&KernelBtf::open(None).unwrap());
+    let kernel = Kernel::read(&KernelBtf::open(None).unwrap()).unwrap();
     if let Err(why) = kernel.config.rcu_walk {
         println!("skipped: {why}");
         return;
