@@ -146,25 +146,43 @@ fn lock<T>(m: &'static Mutex<T>) -> MutexGuard<'static, T> {
 /// lines on stderr), a load that succeeds drops them. libbpf's callback is
 /// ours only while a load runs; all else goes to the one it had.
 fn libbpf_says<T>(f: impl FnOnce() -> T) -> (T, Vec<String>) {
-    {
+    let _borrowed = Borrowed::new();
+    SAID.with(|s| *s.borrow_mut() = Some(Vec::new()));
+    let out = f();
+    let said = SAID.with(|s| s.borrow_mut().take()).unwrap_or_default();
+    (out, said)
+}
+
+/// libbpf's print callback borrowed for one load: ours from the first
+/// load under way to the last, put back on drop (a panicking load too)
+/// unless the process set another meanwhile, which stays.
+struct Borrowed;
+
+impl Borrowed {
+    fn new() -> Self {
         let mut loads = lock(&LOADS);
         if *loads == 0 {
             *lock(&BEFORE) = libbpf_rs::get_print();
             libbpf_rs::set_print(Some((PrintLevel::Debug, keep_or_pass_on)));
         }
         *loads += 1;
+        Borrowed
     }
-    SAID.with(|s| *s.borrow_mut() = Some(Vec::new()));
-    let out = f();
-    let said = SAID.with(|s| s.borrow_mut().take()).unwrap_or_default();
-    let mut loads = lock(&LOADS);
-    *loads -= 1;
-    if *loads == 0 {
-        // Copied, not taken: a callback under way may still read it.
-        let before = *lock(&BEFORE);
-        libbpf_rs::set_print(before);
+}
+
+impl Drop for Borrowed {
+    fn drop(&mut self) {
+        SAID.with(|s| s.borrow_mut().take());
+        let mut loads = lock(&LOADS);
+        *loads -= 1;
+        let ours = libbpf_rs::get_print()
+            .is_some_and(|(_, cb)| std::ptr::fn_addr_eq(cb, keep_or_pass_on as PrintCallback));
+        if *loads == 0 && ours {
+            // Copied, not taken: a callback under way may still read it.
+            let before = *lock(&BEFORE);
+            libbpf_rs::set_print(before);
+        }
     }
-    (out, said)
 }
 
 /// libbpf's print callback during loads: a loading thread's warnings are

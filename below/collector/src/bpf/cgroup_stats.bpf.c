@@ -697,8 +697,12 @@ static __always_inline void list_cgroups(struct cgroup *root) {
   int name(struct bpf_iter__cgroup *ctx) {                                     \
     struct cgroup *cgrp = ctx->cgroup;                                         \
                                                                                \
-    if (!cgrp)                                                                 \
+    /* No cgroup first: the walk root is gone, an empty pass. */               \
+    if (!cgrp) {                                                               \
+      if (ctx->meta->seq_num == 0)                                             \
+        nr_cgroups = 0;                                                        \
       return 0;                                                                \
+    }                                                                          \
     if (ctx->meta->seq_num == 0) {                                             \
       START();                                                                 \
       nr_cgroups = 0;                                                          \

@@ -202,14 +202,16 @@ pub(crate) fn cpu_stat(r: &Record, prev: &mut PrevCputime) -> CpuStat {
     }
 }
 
-/// sched_weight_to_cgroup(scale_load_down(shares)).
+/// sched_weight_to_cgroup(scale_load_down(shares)). Saturating: ABSENT
+/// (no task_group.shares) decodes without overflow, and the caller leaves
+/// the file to the reader.
 pub(crate) fn cpu_weight(shares: u64) -> u32 {
     let w = if shares == 0 {
         0
     } else {
         (shares >> 10).max(2)
     };
-    ((w * 100 + 512) / 1024).clamp(1, 10000) as u32
+    (w.saturating_mul(100).saturating_add(512) / 1024).clamp(1, 10000) as u32
 }
 
 pub(crate) fn controller_names(mask: u32) -> BTreeSet<String> {

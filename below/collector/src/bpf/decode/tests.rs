@@ -228,6 +228,8 @@ fn names_keep_bytes_that_are_not_utf8() {
 fn converts_kernel_encodings() {
     assert_eq!(cpu_weight(1024 << 10), 100);
     assert_eq!(cpu_weight(10240 << 10), 1000);
+    // No task_group.shares: no overflow (a debug build would panic).
+    assert_eq!(cpu_weight(ABSENT), 10000);
     assert_eq!(bits(&[0b101, 1], 128), BTreeSet::from([0, 2, 64]));
     assert_eq!(bits(&[0b101, 1], 2), BTreeSet::from([0]));
     assert_eq!(
