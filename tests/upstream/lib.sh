@@ -33,7 +33,7 @@ shared_files() {
   for f in cgroup_stats.bpf.c cgroup_stats.h; do
     echo "below/collector/src/bpf/$f below/cgroupfs/src/bpf/$f"
   done
-  for f in contract.rs contract/tests.rs decode.rs decode/tests.rs kernel.rs kernel/tests.rs load.rs; do
+  for f in contract.rs contract/tests.rs decode.rs decode/tests.rs kernel.rs kernel/tests.rs load.rs load/tests.rs; do
     echo "below/collector/src/bpf/$f below/cgroupfs/src/cgroup_bpf/$f"
   done
   # The BPF layer those use (the collector's `layer`): the module `layer` there.

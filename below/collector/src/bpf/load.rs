@@ -350,3 +350,6 @@ pub(crate) struct Pass {
     /// The nodes memory.numa_stat prints (N_MEMORY).
     pub(crate) memory_nodes: u64,
 }
+
+#[cfg(test)]
+mod tests;

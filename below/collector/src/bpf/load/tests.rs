@@ -1,0 +1,67 @@
+// Copyright (c) Facebook, Inc. and its affiliates.
+//
+// Licensed under the Apache License, Version 2.0 (the "License");
+// you may not use this file except in compliance with the License.
+// You may obtain a copy of the License at
+//
+//     http://www.apache.org/licenses/LICENSE-2.0
+//
+// Unless required by applicable law or agreed to in writing, software
+// distributed under the License is distributed on an "AS IS" BASIS,
+// WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+// See the License for the specific language governing permissions and
+// limitations under the License.
+
+//! Which form of the pass loads: under RCU where the kernel has the
+//! kfuncs and the verifier takes it, else the cgroup iterator, saying why.
+
+use std::cell::RefCell;
+
+use anyhow::anyhow;
+
+use super::*;
+
+/// Walk::first with a load that fails for the forms in `refused`; the
+/// forms tried, in order, and what it returned.
+fn first(rcu_walk: Result<(), &'static str>, refused: &[&str]) -> (Vec<Walk>, Result<Walk>) {
+    let tried = RefCell::new(Vec::new());
+    let got = Walk::first(rcu_walk, |walk| {
+        tried.borrow_mut().push(walk.clone());
+        let name = walk.program("pass");
+        match refused.contains(&name.as_str()) {
+            true => Err(anyhow!("verifier refused {name}")),
+            false => Ok(walk),
+        }
+    });
+    (tried.into_inner(), got)
+}
+
+#[test]
+fn under_rcu_where_the_kernel_allows_it() {
+    let (tried, got) = first(Ok(()), &[]);
+    assert_eq!(tried, [Walk::Rcu]);
+    assert_eq!(got.unwrap(), Walk::Rcu);
+}
+
+#[test]
+fn the_cgroup_iterator_when_the_rcu_form_is_refused() {
+    let (tried, got) = first(Ok(()), &["pass_rcu"]);
+    let why = NoRcuWalk::Load("verifier refused pass_rcu".to_owned());
+    assert_eq!(tried, [Walk::Rcu, Walk::Locked(why.clone())]);
+    assert_eq!(got.unwrap(), Walk::Locked(why));
+}
+
+#[test]
+fn the_cgroup_iterator_without_the_kfuncs_untried_under_rcu() {
+    let (tried, got) = first(Err("kernel lacks kfunc bpf_iter_css_new"), &[]);
+    let why = NoRcuWalk::Unavailable("kernel lacks kfunc bpf_iter_css_new");
+    assert_eq!(tried, [Walk::Locked(why.clone())]);
+    assert_eq!(got.unwrap(), Walk::Locked(why));
+}
+
+#[test]
+fn an_error_when_neither_form_loads() {
+    let (tried, got) = first(Ok(()), &["pass_rcu", "pass"]);
+    assert_eq!(tried.len(), 2);
+    assert_eq!(got.unwrap_err().to_string(), "verifier refused pass");
+}
