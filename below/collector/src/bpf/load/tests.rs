@@ -40,7 +40,7 @@ fn first(rcu_walk: Result<(), &'static str>, refused: &[&str]) -> (Vec<Walk>, Re
 fn under_rcu_where_the_kernel_allows_it() {
     let (tried, got) = first(Ok(()), &[]);
     assert_eq!(tried, [Walk::Rcu]);
-    assert_eq!(got.unwrap(), Walk::Rcu);
+    assert_eq!(got.expect("loads under RCU"), Walk::Rcu);
 }
 
 #[test]
@@ -48,7 +48,10 @@ fn the_cgroup_iterator_when_the_rcu_form_is_refused() {
     let (tried, got) = first(Ok(()), &["pass_rcu"]);
     let why = NoRcuWalk::Load("verifier refused pass_rcu".to_owned());
     assert_eq!(tried, [Walk::Rcu, Walk::Locked(why.clone())]);
-    assert_eq!(got.unwrap(), Walk::Locked(why));
+    assert_eq!(
+        got.expect("loads as the cgroup iterator"),
+        Walk::Locked(why)
+    );
 }
 
 #[test]
@@ -56,12 +59,18 @@ fn the_cgroup_iterator_without_the_kfuncs_untried_under_rcu() {
     let (tried, got) = first(Err("kernel lacks kfunc bpf_iter_css_new"), &[]);
     let why = NoRcuWalk::Unavailable("kernel lacks kfunc bpf_iter_css_new");
     assert_eq!(tried, [Walk::Locked(why.clone())]);
-    assert_eq!(got.unwrap(), Walk::Locked(why));
+    assert_eq!(
+        got.expect("loads as the cgroup iterator"),
+        Walk::Locked(why)
+    );
 }
 
 #[test]
 fn an_error_when_neither_form_loads() {
     let (tried, got) = first(Ok(()), &["pass_rcu", "pass"]);
     assert_eq!(tried.len(), 2);
-    assert_eq!(got.unwrap_err().to_string(), "verifier refused pass");
+    let Err(e) = got else {
+        panic!("neither form loads, yet it returned a walk");
+    };
+    assert_eq!(e.to_string(), "verifier refused pass");
 }
