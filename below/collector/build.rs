@@ -2,8 +2,8 @@
 //! it (bstats.bpf.c), with their libbpf-rs skeletons, and generates the
 //! Rust of their headers with bindgen: cgroup_stats.h's record, enums and
 //! constants as below main's build.rs does (`cgroup_stats_h.rs`), and the
-//! fork's pressure and pass modes (`cgroup_psi.h`, `cgroup_rank.h`:
-//! `bstats_h.rs`).
+//! fork's pressure, memory.numa_stat and pass modes (`cgroup_psi.h`,
+//! `cgroup_numa.h`, `cgroup_rank.h`: `bstats_h.rs`).
 //!
 //! The BPF compiler and its flags: bstats-bpf-build.
 
@@ -12,7 +12,11 @@ use std::path::Path;
 use std::path::PathBuf;
 
 const HEADER: &str = "src/bpf/cgroup_stats.h";
-const FORK_HEADERS: [&str; 2] = ["src/bpf/cgroup_psi.h", "src/bpf/cgroup_rank.h"];
+const FORK_HEADERS: [&str; 3] = [
+    "src/bpf/cgroup_psi.h",
+    "src/bpf/cgroup_numa.h",
+    "src/bpf/cgroup_rank.h",
+];
 
 /// bindgen as below main's build.rs runs it; `headers` after `context` are
 /// parsed together, the items of `headers` kept.
@@ -40,8 +44,9 @@ fn main() {
     let out_dir = PathBuf::from(env::var_os("OUT_DIR").expect("OUT_DIR is set by cargo"));
     bindings(&[], &[HEADER], &out_dir.join("cgroup_stats_h.rs"));
     bindings(&[HEADER], &FORK_HEADERS, &out_dir.join("bstats_h.rs"));
-    // cgroup_psi.bpf.c: included by bstats.bpf.c only.
+    // Included by bstats.bpf.c only.
     println!("cargo:rerun-if-changed=src/bpf/cgroup_psi.bpf.c");
+    println!("cargo:rerun-if-changed=src/bpf/cgroup_numa.bpf.c");
 
     // The object is loaded from its bytes (the skeletons give the types of
     // its data sections).

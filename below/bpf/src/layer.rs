@@ -443,7 +443,8 @@ pub const VMLINUX_BTF: &str = "/sys/kernel/btf/vmlinux";
 /// The kernel's BTF (or a file standing for it), read once: what every
 /// program checks before loading.
 pub struct KernelBtf {
-    btf: Btf<'static>,
+    /// For the module that holds this layer, which may read more of it.
+    pub(super) btf: Btf<'static>,
 }
 
 impl KernelBtf {
@@ -459,10 +460,6 @@ impl KernelBtf {
         let btf =
             Btf::from_path(path).with_context(|| format!("cannot read {}", path.display()))?;
         Ok(KernelBtf { btf })
-    }
-
-    pub fn btf(&self) -> &Btf<'static> {
-        &self.btf
     }
 
     /// Whether a function (a kfunc, or one built only with some CONFIG)

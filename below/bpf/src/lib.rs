@@ -3,6 +3,7 @@
 //! uses), and here what only our crates use: a tracepoint probe, names as
 //! strings, CPU clocks and what the kernel says of a loaded program.
 
+use std::ffi::OsStr;
 use std::os::fd::AsFd;
 use std::os::fd::AsRawFd;
 use std::time::Duration;
@@ -10,6 +11,7 @@ use std::time::Duration;
 use anyhow::Context;
 use anyhow::Result;
 use libbpf_rs::btf::types;
+use libbpf_rs::btf::BtfType;
 use libbpf_rs::libbpf_sys;
 use libbpf_rs::ProgramMut;
 
@@ -20,7 +22,19 @@ mod layer;
 impl KernelBtf {
     /// Whether a typedef (a tracepoint's `btf_trace_<name>`) is in the BTF.
     pub fn has_typedef(&self, name: &str) -> bool {
-        self.btf().type_by_name::<types::Typedef>(name).is_some()
+        self.btf.type_by_name::<types::Typedef>(name).is_some()
+    }
+
+    /// The type of `member` of struct `name`, modifiers and typedefs
+    /// skipped; None where the kernel has no such member.
+    pub fn member_type(&self, name: &str, member: &str) -> Option<BtfType<'_>> {
+        let s = self.btf.type_by_name::<types::Struct>(name)?;
+        let m = s.iter().find(|m| m.name == Some(OsStr::new(member)))?;
+        Some(
+            self.btf
+                .type_by_id::<BtfType>(m.ty)?
+                .skip_mods_and_typedefs(),
+        )
     }
 }
 

@@ -42,6 +42,9 @@ pub enum NotServed {
     NumaLayout(String),
     /// More NUMA nodes than the program reads.
     TooManyNumaNodes(usize),
+    /// The fork's program, which reads the file, did not load (why); below
+    /// main's program runs.
+    NoForkProgram(String),
     /// More CPUs than a record's cpumask holds.
     TooManyCpus,
     /// More memory nodes than a record's nodemask holds.
@@ -69,6 +72,7 @@ impl fmt::Display for NotServed {
             | NotServed::NumaLayout(why)
             | NotServed::HugetlbAccounting(why)
             | NotServed::UnknownControllers(why)
+            | NotServed::NoForkProgram(why)
             | NotServed::NoPsi(why)
             | NotServed::PsiNoClock(why) => f.write_str(why),
             NotServed::NoNumaStat => f.write_str("kernel has no memory.numa_stat (CONFIG_NUMA)"),

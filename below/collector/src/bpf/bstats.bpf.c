@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
  * The fork's program: cgroup_stats.bpf.c, the program below main carries,
- * plus pressure (cgroup_psi.bpf.c) and the pass modes of cgroup_rank.h, so
+ * plus pressure (cgroup_psi.bpf.c), memory.numa_stat (cgroup_numa.bpf.c)
+ * and the pass modes of cgroup_rank.h, so
  * a sample ranked by a value the record holds reads the rest of the record
  * only for the cgroups it keeps. The loader loads one form of its pass,
  * `bstats` (one verification); all share the maps and globals of
@@ -9,6 +10,7 @@
  */
 #include "cgroup_stats.bpf.c"
 #include "cgroup_psi.bpf.c"
+#include "cgroup_numa.bpf.c"
 #include "cgroup_rank.h"
 
 /* Per record slot, the id of the cgroup user space wants in full there (0:
@@ -51,17 +53,19 @@ __noinline int fill_rank(struct record *r, __u32 idx) {
   return 0;
 }
 
-/* Every group of the record, and its pressure. */
+/* Every group of the record, its pressure and memory.numa_stat. */
 static __always_inline void fill_all(struct record *r, __u32 idx,
                                      struct cgroup *cgrp,
                                      struct cgroup_subsys_state *css) {
-  fill_record(r, idx, cgrp, css);
+  fill_record(r, cgrp, css);
   fill_pressure(r, idx);
+  fill_numa(r, idx);
 }
 
 static __always_inline void start_bstats(void) {
   moved = 0;
   start_pressure();
+  start_numa();
 }
 
 /* One cgroup in the pass mode. */
@@ -70,9 +74,9 @@ static __noinline int visit_bstats(struct cgroup *cgrp,
   struct record *r;
   __u64 id, *w;
   bool want;
-  __u32 idx;
+  __u32 idx = nr_cgroups; /* next_record()'s */
 
-  r = next_record(&idx);
+  r = next_record();
   if (!r)
     return 0;
   if (pass_mode == PASS_FULL) {

@@ -15,9 +15,8 @@
 /*
  * One pass over the cgroup tree per sample: flush once at the walk root,
  * then write one fixed-size record per cgroup, in pre-order, into an
- * mmapped array map (and its memory.numa_stat rows into a second one).
- * Nothing is printed: user space reads the records in place and reads
- * `nr_cgroups`/`features` from the mmapped .bss.
+ * mmapped array map. Nothing is printed: user space reads the records in place
+ * and reads `nr_cgroups`/`features` from the mmapped .bss.
  *
  * The pass comes in two forms (CGROUP_PASS); the loader loads one:
  * - `cgroup_stats`: a sleepable cgroup iterator (order DESCENDANTS_PRE,
@@ -56,17 +55,6 @@ struct {
   __uint(max_entries, 1);
 } records SEC(".maps");
 
-/* memory.numa_stat rows (struct numa_row in cgroup_stats.h): the loader
- * sizes it to the records' capacity times numa_node_ids, 1 when numa_stat
- * is not served. */
-struct {
-  __uint(type, BPF_MAP_TYPE_ARRAY);
-  __uint(map_flags, BPF_F_MMAPABLE);
-  __type(key, __u32);
-  __type(value, struct numa_row);
-  __uint(max_entries, 1);
-} numa SEC(".maps");
-
 /* The walk under RCU's first step: the ids of the cgroups to visit, in
  * pre-order; sized like `records` by the loader. */
 struct {
@@ -83,9 +71,6 @@ __u32 nr_cgroups;
 __u32 features;
 /* The KERNEL_FACTS this kernel has, bit FACT_*: set by every pass. */
 __u64 facts;
-/* node_states[N_MEMORY] (first word) at the last pass: the nodes
- * memory.numa_stat prints. */
-__u64 memory_nodes;
 /* Bytes of a cpumask the kernel allocated (nr_cpu_ids bits, in longs);
  * set by the loader: reading past them reads other objects. */
 const volatile __u32 cpumask_bytes = 8;
@@ -97,13 +82,6 @@ const volatile __u32 kfuncs;
 const volatile __u32 hugetlb_accounting;
 /* The walk root's cgroup id (the RCU walk finds it by id). */
 const volatile __u64 walk_root_id;
-/* Node ids memory.numa_stat reads (0: not served) and where each of its
- * items sits in lruvec_stats.state[]; the loader checked the layout. */
-const volatile __u32 numa_node_ids;
-const volatile __u32 numa_idx[NR_NUMA_STATS];
-
-/* Not in BTF (only per-CPU variables are): resolved from kallsyms. */
-extern const void node_states __ksym __weak;
 
 /* 7.x rstat flush; 6.x had cgroup_rstat_flush(struct cgroup *). */
 extern void css_rstat_flush(struct cgroup_subsys_state *css) __ksym __weak;
@@ -190,7 +168,6 @@ struct mem_cgroup___local {
   bool oom_group;
   atomic_long_t memory_events[1];
   atomic_long_t memory_events_local[1];
-  struct mem_cgroup_per_node *nodeinfo[0];
 } __attribute__((preserve_access_index));
 
 struct page_counter___local {
@@ -200,18 +177,6 @@ struct page_counter___local {
   unsigned long high;
   unsigned long max;
 } __attribute__((preserve_access_index));
-
-/* A pointer since 6.10: the lruvec_stats older kernels embed does not
- * match it. */
-struct mem_cgroup_per_node___local {
-  struct lruvec_stats *lruvec_stats;
-} __attribute__((preserve_access_index));
-
-struct lruvec_stats___local {
-  long state[1];
-} __attribute__((preserve_access_index));
-
-enum node_states___local { N_MEMORY___local };
 
 #define HAVE_FIELD(type, name)                                                 \
   bpf_core_field_exists(struct type##___local, name)
@@ -407,47 +372,6 @@ enum memcg_memory_event___opt { MEMCG_EVENTS(EVENT_OPT) };
                         : ABSENT;                                              \
   }
 
-/* memory_numa_stat_show() reads memcg->nodeinfo[nid]->lruvec_stats->state[]
- * after the flush at the walk root; clamp like lruvec_page_state(). The
- * caller checked that lruvec_stats is a pointer (older kernels embed it). */
-static __always_inline void fill_numa(struct record *r, __u32 idx,
-                                      struct mem_cgroup___local *memcg) {
-  __u32 nodeinfo = bpf_core_field_offset(struct mem_cgroup___local, nodeinfo);
-  __u32 state = bpf_core_field_offset(struct lruvec_stats___local, state);
-  __u32 n;
-
-  for (__u32 nid = 0; nid < NUMA_NODES; nid++) {
-    struct mem_cgroup_per_node___local *pn = 0;
-    __u32 row = idx * numa_node_ids + nid;
-    struct numa_row *dst;
-    void *stats;
-
-    if (nid >= numa_node_ids || !(memory_nodes & (1ULL << nid)))
-      continue;
-    /* Sized with the records: absent only if the loader erred. */
-    dst = bpf_map_lookup_elem(&numa, &row);
-    if (!dst)
-      return;
-    bpf_probe_read_kernel(&pn, sizeof(pn),
-                          (void *)memcg + nodeinfo + nid * sizeof(pn));
-    stats = BPF_CORE_READ(pn, lruvec_stats);
-    if (!stats)
-      return;
-    n = READ_ARRAY(stats + state, struct lruvec_stats___local, state);
-    for (__u32 i = 0; i < NR_NUMA_STATS; i++) {
-      __u32 k = numa_idx[i];
-      long v = 0;
-
-      if (k < n)
-        v = scratch[k & (SCRATCH_LONGS - 1)];
-      else if (k != NUMA_NO_IDX) /* past what scratch holds */
-        bpf_probe_read_kernel(&v, sizeof(v), stats + state + k * sizeof(v));
-      dst->v[i] = v < 0 ? 0 : v;
-    }
-  }
-  r->flags |= HAS_NUMA;
-}
-
 /* Member `field` of page counter `pc`, if the kernel has both. */
 #define COUNTER(memcg, pc, field)                                              \
   (have_memcg_##pc() && have_page_counter_##field()                            \
@@ -462,8 +386,7 @@ static __always_inline void fill_numa(struct record *r, __u32 idx,
        : ABSENT)
 
 /* Page counters and event arrays need no flush: read them by CO-RE. */
-static __always_inline void fill_memcg(struct record *r, __u32 idx,
-                                       struct cgroup *cgrp) {
+static __always_inline void fill_memcg(struct record *r, struct cgroup *cgrp) {
   struct mem_cgroup___local *memcg = OWN_CSS(cgrp, memory);
 
   if (!memcg)
@@ -496,9 +419,6 @@ static __always_inline void fill_memcg(struct record *r, __u32 idx,
 
     MEMCG_EVENTS(EVENT)
   }
-  if (have_memcg_nodeinfo() && have_lruvec_stats_ptr() && have_lruvec_state() &&
-      (features & FEAT_NUMA))
-    fill_numa(r, idx, memcg);
 }
 
 /* A memory.stat item from whichever of the kernel's enums has it (items
@@ -579,29 +499,17 @@ static __always_inline void flush_at_walk_root(struct cgroup *cgrp) {
       bpf_put_mem_cgroup(m);
     }
   }
-  /* Per-node stats need the memcg flush above. */
-  memory_nodes = 0;
-  if (numa_node_ids && have_memcg_kfuncs() && bpf_ksym_exists(&node_states) &&
-      have_n_memory() && have_memcg_nodeinfo() && have_lruvec_stats_ptr() &&
-      have_lruvec_state()) {
-    int n_memory =
-        bpf_core_enum_value(enum node_states___local, N_MEMORY___local);
-
-    bpf_probe_read_kernel(&memory_nodes, sizeof(memory_nodes),
-                          &node_states +
-                              n_memory * bpf_core_type_size(nodemask_t));
-    feat |= FEAT_NUMA;
-  }
   features = feat;
 #define FACT_BIT(fact, ...) | (have_##fact() ? 1ULL << FACT_##fact : 0)
   facts = 0 KERNEL_FACTS(FACT_BIT);
 }
 
-/* The next record of the pass, its index in `idx`; NULL past the map's
+/* The next record of the pass, at index nr_cgroups; NULL past the map's
  * capacity (counted: user space grows the map). */
-static __always_inline struct record *next_record(__u32 *idx) {
-  *idx = nr_cgroups++;
-  return bpf_map_lookup_elem(&records, idx);
+static __always_inline struct record *next_record(void) {
+  __u32 idx = nr_cgroups++;
+
+  return bpf_map_lookup_elem(&records, &idx);
 }
 
 /* The cgroup being visited, for the functions below that read it by
@@ -613,7 +521,7 @@ static __u64 visit_cgroup SEC(".data.visit");
 /* Every group of the record read by CO-RE (all but memory.stat's), of the
  * cgroup at `visit_cgroup`. A global function: the verifier checks it once,
  * not again for each caller and each step of the walk under RCU. */
-__noinline int fill_groups(struct record *r, __u32 idx) {
+__noinline int fill_groups(struct record *r) {
   struct cgroup *cgrp = (void *)visit_cgroup;
 
   if (!r)
@@ -623,18 +531,17 @@ __noinline int fill_groups(struct record *r, __u32 idx) {
   fill_cpu(r, cgrp);
   fill_pids(r, cgrp);
   fill_cpuset(r, cgrp);
-  fill_memcg(r, idx, cgrp);
+  fill_memcg(r, cgrp);
   return 0;
 }
 
 /* Every group of the record. Too big to clear whole: each HAS_* group is
  * written in full when its flag is set, and user space reads nothing else.
  * `css`: the cgroup's own (self) css, a pointer the kfuncs accept. */
-static __always_inline void fill_record(struct record *r, __u32 idx,
-                                        struct cgroup *cgrp,
+static __always_inline void fill_record(struct record *r, struct cgroup *cgrp,
                                         struct cgroup_subsys_state *css) {
   visit_cgroup = (__u64)cgrp;
-  fill_groups(r, idx);
+  fill_groups(r);
   if (have_memcg_kfuncs() && (r->flags & HAS_MEMCG)) {
     struct mem_cgroup *m = bpf_get_mem_cgroup(css);
 
@@ -760,12 +667,10 @@ static __always_inline void start_full(void) {}
 /* FULL: every group of every cgroup. */
 static __noinline int visit_full(struct cgroup *cgrp,
                                  struct cgroup_subsys_state *css) {
-  struct record *r;
-  __u32 idx;
+  struct record *r = next_record();
 
-  r = next_record(&idx);
   if (r)
-    fill_record(r, idx, cgrp, css);
+    fill_record(r, cgrp, css);
   return 0;
 }
 

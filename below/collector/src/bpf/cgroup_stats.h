@@ -34,10 +34,6 @@
 
 /* cpuset masks: 512 CPUs, 64 memory nodes; larger machines use text. */
 #define CPU_WORDS 8
-/* memory.numa_stat: node ids below NUMA_NODES (more nodes use text). */
-#define NUMA_NODES 8
-/* numa_idx of an item this kernel does not print. */
-#define NUMA_NO_IDX (~0U)
 
 /* A bit per entry, in list order: enum NAME_bit (positions) and
  * enum NAME_flag (masks). */
@@ -56,15 +52,13 @@
   X(HAS_CPU)                                                                   \
   X(HAS_PIDS)                                                                  \
   X(HAS_CPUSET)                                                                \
-  X(HAS_BSTAT)                                                                 \
-  X(HAS_NUMA)
+  X(HAS_BSTAT)
 BITS(HAS_FLAGS, has);
 
 /* What the running kernel let the last pass do (global `features`). */
 #define FEAT_FLAGS(X)                                                          \
   X(FEAT_CPU_FLUSH)                                                            \
-  X(FEAT_MEMCG_KFUNCS)                                                         \
-  X(FEAT_NUMA)
+  X(FEAT_MEMCG_KFUNCS)
 BITS(FEAT_FLAGS, feat);
 
 /* Kfuncs user space found in the running kernel's BTF (rodata `kfuncs`):
@@ -128,11 +122,7 @@ enum ctrl_bit { CONTROLLERS(CTRL_ENUM) NR_CTRL };
   X(page_counter_high, FIELD, page_counter, high)                              \
   X(page_counter_max, FIELD, page_counter, max)                                \
   X(memcg_events, FIELD, mem_cgroup, memory_events)                            \
-  X(memcg_events_local, FIELD, mem_cgroup, memory_events_local)                \
-  X(memcg_nodeinfo, FIELD, mem_cgroup, nodeinfo)                               \
-  X(lruvec_stats_ptr, FIELD, mem_cgroup_per_node, lruvec_stats)                \
-  X(lruvec_state, FIELD, lruvec_stats, state)                                  \
-  X(n_memory, ENUMVAL, node_states, N_MEMORY)
+  X(memcg_events_local, FIELD, mem_cgroup, memory_events_local)
 #define FACT_ENUM(fact, kind, type, name) FACT_##fact,
 enum fact_bit { KERNEL_FACTS(FACT_ENUM) NR_FACTS };
 
@@ -196,42 +186,6 @@ enum fact_bit { KERNEL_FACTS(FACT_ENUM) NR_FACTS };
 #define MS_ENUM(key, expr) MS_##key,
 enum memstat_slot { MEMSTAT_KEYS(MS_ENUM) NR_MS };
 
-/* memory.numa_stat lines below keeps: numa_row.v[NUMA_key] of a record's
- * row for a node (map `numa`, see struct numa_row) holds the raw
- * lruvec_stats.state[] value of the `enum node_stat_item` item contract.rs
- * names for the key, at the index user space found for it in the running
- * kernel (rodata numa_idx); user space scales it by the item's unit. */
-#define NUMA_ITEMS(X)                                                          \
-  X(anon)                                                                      \
-  X(file)                                                                      \
-  X(kernel_stack)                                                              \
-  X(pagetables)                                                                \
-  X(shmem)                                                                     \
-  X(file_mapped)                                                               \
-  X(file_dirty)                                                                \
-  X(file_writeback)                                                            \
-  X(swapcached)                                                                \
-  X(anon_thp)                                                                  \
-  X(file_thp)                                                                  \
-  X(shmem_thp)                                                                 \
-  X(inactive_anon)                                                             \
-  X(active_anon)                                                               \
-  X(inactive_file)                                                             \
-  X(active_file)                                                               \
-  X(unevictable)                                                               \
-  X(slab_reclaimable)                                                          \
-  X(slab_unreclaimable)                                                        \
-  X(hugetlb)                                                                   \
-  X(workingset_refault_anon)                                                   \
-  X(workingset_refault_file)                                                   \
-  X(workingset_activate_anon)                                                  \
-  X(workingset_activate_file)                                                  \
-  X(workingset_restore_anon)                                                   \
-  X(workingset_restore_file)                                                   \
-  X(workingset_nodereclaim)
-#define NUMA_ENUM(key) NUMA_##key,
-enum numa_item { NUMA_ITEMS(NUMA_ENUM) NR_NUMA_STATS };
-
 /* memory.events keys: record.events[EV_key] and .events_local[EV_key]
  * from `enum memcg_memory_event` EVENT. */
 #define MEMCG_EVENTS(X)                                                        \
@@ -291,15 +245,6 @@ struct record {
   unsigned long long mems;
   unsigned long long mems_effective;
   char name[256];
-};
-
-/* One node's memory.numa_stat of one cgroup: map `numa` holds
- * `numa_node_ids` rows per record, row idx * numa_node_ids + node for the
- * record at idx (set when the record has HAS_NUMA). Kept out of the record
- * so the record map does not pin a table for NUMA_NODES nodes per cgroup
- * (1.6 KiB, over half a record) on machines with one or two nodes. */
-struct numa_row {
-  unsigned long long v[NR_NUMA_STATS];
 };
 
 #endif

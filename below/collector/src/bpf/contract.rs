@@ -21,7 +21,6 @@
 
 use crate::MemoryEvents;
 use crate::MemoryEventsLocal;
-use crate::MemoryNumaStat;
 use crate::MemoryStat;
 
 // libbpf-cargo's output: its unwrap()s are not ours to change.
@@ -52,16 +51,13 @@ pub(crate) const OBJECT: &[u8] = include_bytes!(env!("CGROUP_STATS_BPF_O"));
 #[cfg(not(fbcode_build))]
 pub(crate) const OBJECT: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/cgroup_stats.bpf.o"));
 
-pub(crate) use h::numa_row as NumaRow;
 pub(crate) use h::record as Record;
 pub(crate) use h::*;
 
 /// A value the kernel does not have (bindgen types a macro by its value:
 /// `~0ULL` comes as -1).
 pub(crate) const ABSENT: u64 = h::ABSENT as u64;
-pub(crate) const NUMA_NO_IDX: u32 = h::NUMA_NO_IDX as u32;
 pub(crate) const CPU_WORDS: usize = h::CPU_WORDS as usize;
-pub(crate) const NUMA_NODES: usize = h::NUMA_NODES as usize;
 
 /// Whether `list` (key, the constant's name, its value) is a C enum's
 /// entries `<prefix><key>` = 0, 1, ... `nr - 1`: each once, in order.
@@ -203,74 +199,6 @@ macro_rules! memcg_events_list {
 }
 memcg_events_list!(memcg_events);
 
-/// memcg_page_state_output_unit(): what one unit of a raw state item is.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Unit {
-    Page,
-    /// Bytes (slab) or plain counts (workingset events).
-    One,
-    KiB,
-}
-
-/// A memory.numa_stat line's `enum node_stat_item` item and unit.
-pub(crate) struct NumaItem {
-    pub(crate) item: &'static str,
-    pub(crate) unit: Unit,
-}
-
-/// memory.numa_stat lines: `numa_row.v[]` (`enum numa_item`), with the
-/// kernel's item for each and its unit.
-macro_rules! numa_items {
-    ($($key:ident => $c:ident: $item:ident, $unit:ident,)*) => {
-        check_c_enum!("NUMA_", NR_NUMA_STATS, $($key => $c),*);
-        keyed_fields!(MemoryNumaStat, fill_numa_stat, $($key)*);
-        pub(crate) const NUMA_ITEMS: &[NumaItem] = &[$(NumaItem {
-            item: stringify!($item),
-            unit: Unit::$unit,
-        },)*];
-        #[cfg(test)]
-        pub(crate) const NUMA_KEYS: &[&str] = &[$(stringify!($key),)*];
-    };
-}
-
-/// The memory.numa_stat keys in their enum's order, handed to `$m!`.
-macro_rules! numa_items_list {
-    ($m:ident) => {
-        $m! {
-            anon => NUMA_anon: NR_ANON_MAPPED, Page,
-            file => NUMA_file: NR_FILE_PAGES, Page,
-            kernel_stack => NUMA_kernel_stack: NR_KERNEL_STACK_KB, KiB,
-            pagetables => NUMA_pagetables: NR_PAGETABLE, Page,
-            shmem => NUMA_shmem: NR_SHMEM, Page,
-            file_mapped => NUMA_file_mapped: NR_FILE_MAPPED, Page,
-            file_dirty => NUMA_file_dirty: NR_FILE_DIRTY, Page,
-            file_writeback => NUMA_file_writeback: NR_WRITEBACK, Page,
-            swapcached => NUMA_swapcached: NR_SWAPCACHE, Page,
-            anon_thp => NUMA_anon_thp: NR_ANON_THPS, Page,
-            file_thp => NUMA_file_thp: NR_FILE_THPS, Page,
-            shmem_thp => NUMA_shmem_thp: NR_SHMEM_THPS, Page,
-            inactive_anon => NUMA_inactive_anon: NR_INACTIVE_ANON, Page,
-            active_anon => NUMA_active_anon: NR_ACTIVE_ANON, Page,
-            inactive_file => NUMA_inactive_file: NR_INACTIVE_FILE, Page,
-            active_file => NUMA_active_file: NR_ACTIVE_FILE, Page,
-            unevictable => NUMA_unevictable: NR_UNEVICTABLE, Page,
-            slab_reclaimable => NUMA_slab_reclaimable: NR_SLAB_RECLAIMABLE_B, One,
-            slab_unreclaimable => NUMA_slab_unreclaimable: NR_SLAB_UNRECLAIMABLE_B, One,
-            hugetlb => NUMA_hugetlb: NR_HUGETLB, Page,
-            workingset_refault_anon => NUMA_workingset_refault_anon: WORKINGSET_REFAULT_ANON, One,
-            workingset_refault_file => NUMA_workingset_refault_file: WORKINGSET_REFAULT_FILE, One,
-            workingset_activate_anon => NUMA_workingset_activate_anon:
-                WORKINGSET_ACTIVATE_ANON, One,
-            workingset_activate_file => NUMA_workingset_activate_file:
-                WORKINGSET_ACTIVATE_FILE, One,
-            workingset_restore_anon => NUMA_workingset_restore_anon: WORKINGSET_RESTORE_ANON, One,
-            workingset_restore_file => NUMA_workingset_restore_file: WORKINGSET_RESTORE_FILE, One,
-            workingset_nodereclaim => NUMA_workingset_nodereclaim: WORKINGSET_NODERECLAIM, One,
-        }
-    };
-}
-numa_items_list!(numa_items);
-
 /// cgroup.controllers names by bit (`enum ctrl_bit`).
 macro_rules! controllers {
     ($($name:ident => $c:ident,)*) => {
@@ -352,7 +280,7 @@ kernel_facts! {
     memory_ctrl => FACT_memory_ctrl: Enumval, cgroup_subsys_id.memory_cgrp_id,
         "memory.current memory.stat memory.swap.current memory.min memory.low memory.high "
         "memory.max memory.swap.max memory.zswap.max memory.zswap.writeback memory.events "
-        "memory.events.local memory.numa_stat",
+        "memory.events.local",
     memcg_memory => FACT_memcg_memory: Field, mem_cgroup.memory,
         "memory.current memory.min memory.low memory.high memory.max",
     memcg_swap => FACT_memcg_swap: Field, mem_cgroup.swap, "memory.swap.current memory.swap.max",
@@ -369,11 +297,6 @@ kernel_facts! {
     memcg_events => FACT_memcg_events: Field, mem_cgroup.memory_events, "memory.events",
     memcg_events_local => FACT_memcg_events_local: Field, mem_cgroup.memory_events_local,
         "memory.events.local",
-    memcg_nodeinfo => FACT_memcg_nodeinfo: Field, mem_cgroup.nodeinfo, "memory.numa_stat",
-    lruvec_stats_ptr => FACT_lruvec_stats_ptr: Field, mem_cgroup_per_node.lruvec_stats,
-        "memory.numa_stat",
-    lruvec_state => FACT_lruvec_state: Field, lruvec_stats.state, "memory.numa_stat",
-    n_memory => FACT_n_memory: Enumval, node_states.N_MEMORY, "memory.numa_stat",
 }
 const _: () = assert!(KERNEL_FACTS.len() <= 64, "facts is a u64");
 

@@ -16,7 +16,6 @@
 //! record's bytes, in the units and encodings the text files use. Nothing
 //! here needs a loaded program (tests build records by hand).
 
-use std::collections::BTreeMap;
 use std::collections::BTreeSet;
 use std::collections::HashMap;
 use std::ffi::OsString;
@@ -30,13 +29,10 @@ use cgroupfs::MemNodes;
 
 use super::contract::*;
 use super::kernel::LoadConfig;
-use super::kernel::NumaLayout;
 use super::layer;
 use super::layer::cputime_adjust;
-use super::load::Pass;
 use crate::MemoryEvents;
 use crate::MemoryEventsLocal;
-use crate::MemoryNumaStat;
 use crate::MemoryStat;
 
 /// `PID_MAX_LIMIT + 1` on 64-bit: pids.max prints "max" at or above it.
@@ -44,32 +40,24 @@ pub(crate) const PIDS_MAX: u64 = 4 * 1024 * 1024 + 1;
 /// cfs_bandwidth quota without a limit.
 pub(crate) const RUNTIME_INF: u64 = u64::MAX;
 
-/// What decoding needs besides the record: the load config and the
-/// last pass's global state.
+/// What decoding needs besides the record: the load config.
 pub(crate) struct Decoder {
     /// nr_cpu_ids, nr_node_ids: mask bits past them are not shown.
     pub(crate) cpus: usize,
     pub(crate) nodes: usize,
-    /// Where memory.numa_stat's items are (None: not served).
-    pub(crate) numa: Option<NumaLayout>,
     pub(crate) page_size: u64,
-    /// The nodes memory.numa_stat prints (N_MEMORY at the last pass).
-    pub(crate) memory_nodes: u64,
 }
 
 /// Last scaled (utime, stime) per cgroup id, for monotonic user/system.
 pub(crate) type PrevCputime = HashMap<u64, (u64, u64)>;
 
 impl Decoder {
-    /// For the records of a pass: the config the program was loaded with,
-    /// the pass's N_MEMORY nodes.
-    pub(crate) fn new(config: &LoadConfig, pass: &Pass) -> Self {
+    /// For the records of a program loaded with `config`.
+    pub(crate) fn new(config: &LoadConfig) -> Self {
         Decoder {
             cpus: config.cpus,
             nodes: config.nodes,
-            numa: config.numa,
             page_size: layer::page_size(),
-            memory_nodes: pass.memory_nodes,
         }
     }
 
@@ -104,27 +92,6 @@ impl Decoder {
     /// Bytes of a page count.
     pub(crate) fn bytes(&self, pages: u64) -> i64 {
         i64::try_from(pages.saturating_mul(self.page_size)).unwrap_or(i64::MAX)
-    }
-
-    /// memory.numa_stat from a record's `rows` (one per node id, see
-    /// [`super::load::Loaded::numa`]): the nodes the text prints, in its
-    /// units.
-    pub(crate) fn numa_stat(&self, rows: &[NumaRow]) -> Option<BTreeMap<u32, MemoryNumaStat>> {
-        let layout = self.numa?;
-        let mut stats = BTreeMap::new();
-        for n in (0..rows.len()).filter(|&n| self.memory_nodes & (1 << n) != 0) {
-            let mut slots = rows[n].v;
-            for ((v, item), &idx) in slots.iter_mut().zip(NUMA_ITEMS).zip(&layout) {
-                *v = match (idx, item.unit) {
-                    (NUMA_NO_IDX, _) => ABSENT,
-                    (_, Unit::Page) => *v * self.page_size,
-                    (_, Unit::One) => *v,
-                    (_, Unit::KiB) => *v * 1024,
-                };
-            }
-            fill_numa_stat(stats.entry(n as u32).or_default(), &slots);
-        }
-        Some(stats)
     }
 }
 

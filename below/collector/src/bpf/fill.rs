@@ -11,6 +11,9 @@ use model::CgroupSample;
 use super::contract::*;
 use super::decode;
 use super::decode::*;
+use super::numa::NumaRow;
+use super::numa::HAS_NUMA;
+use super::program::NumaRows;
 use super::psi::PressureRow;
 use super::psi::PsiPass;
 use super::psi::PsiRows;
@@ -20,9 +23,9 @@ use crate::FileSet;
 use crate::StatFile;
 use crate::TopBy;
 
-/// `s` becomes the sample of `files` the record (with its numa rows,
-/// [`super::load::Loaded::numa`], and its pressure row with the pass's
-/// pressure state where the program has pressure) holds. The root's
+/// `s` becomes the sample of `files` the record (with its numa rows where
+/// the pass read them, and its pressure row with the pass's pressure state
+/// where the program has pressure) holds. The root's
 /// cpu.stat and pressure are left out (the kernel fills them from
 /// system-wide state). Of what `s` held before, only the sets that still
 /// have the same members are kept (not allocated again); every other
@@ -30,7 +33,7 @@ use crate::TopBy;
 pub(crate) fn fill(
     d: &Decoder,
     r: &Record,
-    numa: &[NumaRow],
+    numa: Option<(&NumaRows, &[NumaRow])>,
     psi: Option<(&PsiPass, &PressureRow)>,
     files: FileSet,
     prev: &mut PrevCputime,
@@ -117,10 +120,9 @@ pub(crate) fn fill(
         .then(|| mems(r.mems_effective, cpuset_mems_effective.take()));
     *memory_stat =
         (want(StatFile::MemoryStat) && has(HAS_MEMSTAT)).then(|| decode::memory_stat(r).into());
-    *memory_numa_stat = (want(StatFile::MemoryNumaStat) && has(HAS_NUMA))
-        .then(|| d.numa_stat(numa))
-        .flatten()
-        .map(numa_stat_09);
+    *memory_numa_stat = numa
+        .filter(|_| want(StatFile::MemoryNumaStat) && has(HAS_NUMA))
+        .map(|(pass, rows)| numa_stat_09(pass.numa.stat(rows, pass.memory_nodes, d.page_size)));
     // The memcg's page counters and event arrays.
     let memcg = |f| !root && has(HAS_MEMCG) && want(f);
     *memory_current = memcg(StatFile::MemoryCurrent).then(|| d.bytes(r.mem_usage));

@@ -4,6 +4,7 @@
 use std::collections::BTreeSet;
 
 use super::super::decode::tests::*;
+use super::super::numa::tests::two_nodes;
 use super::super::psi::PsiClock;
 use super::super::psi::FEAT_PSI;
 use super::super::psi::FEAT_PSI_CLOCK;
@@ -38,14 +39,32 @@ fn sample_psi(
 ) -> CgroupSample {
     let mut s = CgroupSample::default();
     let row = PressureRow::default();
-    fill(d, r, &full_numa(), Some((psi, &row)), files, prev, &mut s);
+    fill_two_nodes(d, r, Some((psi, &row)), files, prev, &mut s);
     s
 }
 
-/// [`full`] with its pressure row.
+/// [`fill`] with the numa rows of a pass over two nodes.
+fn fill_two_nodes(
+    d: &Decoder,
+    r: &Record,
+    psi: Option<(&PsiPass, &PressureRow)>,
+    files: FileSet,
+    prev: &mut PrevCputime,
+    s: &mut CgroupSample,
+) {
+    let (numa, rows, memory_nodes) = two_nodes();
+    let pass = NumaRows {
+        numa,
+        memory_nodes,
+        rows: &rows,
+    };
+    fill(d, r, Some((&pass, pass.of(0))), psi, files, prev, s);
+}
+
+/// [`full`] with its pressure row and numa rows.
 fn full_psi() -> Record {
     let mut r = full();
-    r.flags |= HAS_PSI;
+    r.flags |= HAS_PSI | HAS_NUMA;
     r
 }
 
@@ -132,6 +151,7 @@ fn only_wanted_files() {
 #[test]
 fn root_leaves_text_files_out() {
     let mut r = full();
+    r.flags |= HAS_NUMA;
     r.level = 0;
     let s = sample(&decoder(), &r, FileSet::all(), &mut PrevCputime::new());
     // Read as text (RootText) or absent at the root.
@@ -161,15 +181,7 @@ fn fill_over_an_old_sample_is_a_fresh_sample() {
     let refill = |r: &Record, s: &mut CgroupSample| {
         let all = FileSet::all();
         let psi = (&clocked(), &PressureRow::default());
-        fill(
-            &d,
-            r,
-            &full_numa(),
-            Some(psi),
-            all,
-            &mut PrevCputime::new(),
-            s,
-        );
+        fill_two_nodes(&d, r, Some(psi), all, &mut PrevCputime::new(), s);
         assert_eq!(*s, sample(&d, r, all, &mut PrevCputime::new()));
     };
     // The same record again: every set is reused, not allocated again.
@@ -194,15 +206,7 @@ fn fill_over_an_old_sample_is_a_fresh_sample() {
     let children = Some([("c".to_string(), CgroupSample::default())].into());
     s.children = children.clone();
     let psi = (&clocked(), &PressureRow::default());
-    fill(
-        &d,
-        &r,
-        &full_numa(),
-        Some(psi),
-        some,
-        &mut PrevCputime::new(),
-        &mut s,
-    );
+    fill_two_nodes(&d, &r, Some(psi), some, &mut PrevCputime::new(), &mut s);
     assert_eq!(s.children, children);
     s.children = None;
     assert_eq!(s, sample(&d, &r, some, &mut PrevCputime::new()));
@@ -247,14 +251,6 @@ fn pressure_where_the_row_is_exact() {
             .is_none()
     );
     let mut s = CgroupSample::default();
-    fill(
-        &d,
-        &r,
-        &full_numa(),
-        None,
-        files,
-        &mut PrevCputime::new(),
-        &mut s,
-    );
+    fill_two_nodes(&d, &r, None, files, &mut PrevCputime::new(), &mut s);
     assert!(s.pressure.is_none(), "a program without pressure");
 }

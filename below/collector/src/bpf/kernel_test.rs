@@ -5,10 +5,10 @@
 use super::btf_edit::edit;
 use super::btf_edit::Edit;
 
-use super::contract::*;
 use super::kernel::*;
 use super::layer::KernelBtf;
 use super::layer::VMLINUX_BTF as BTF_PATH;
+use super::numa::*;
 
 /// This machine's BTF with `edits`, in a file (dir/vmlinux); None
 /// (with a line) when this machine has no BTF.

@@ -35,7 +35,6 @@ use libbpf_rs::OpenObject;
 
 use super::contract::skel::types::bss as Bss;
 use super::contract::skel::types::rodata as Rodata;
-use super::contract::NumaRow;
 use super::contract::Record;
 use super::contract::CPU_WORDS;
 use super::contract::OBJECT;
@@ -47,8 +46,6 @@ use super::layer::Pod;
 // SAFETY: the skeleton's #[repr(C)] types of the object's record and data
 // sections: integers and arrays of them.
 unsafe impl Pod for Record {}
-// SAFETY: as above.
-unsafe impl Pod for NumaRow {}
 // SAFETY: as above.
 unsafe impl Pod for Bss {}
 // SAFETY: as above.
@@ -120,9 +117,6 @@ impl fmt::Display for Walk {
 pub(crate) struct Loaded {
     link: Link,
     records: MapView<Record>,
-    /// `numa_nodes` rows per record (map `numa`).
-    numa: MapView<NumaRow>,
-    numa_nodes: usize,
     bss: MapView<Bss>,
     /// Owns the program and maps the link and views use.
     _object: Object,
@@ -186,25 +180,17 @@ impl Loaded {
         }
         anyhow::ensure!(found, "the BPF object has no program {prog}");
         let root_id = cgroup_id(root)?;
-        let numa_rows = (capacity as usize * numa_nodes(config)).max(1);
         layer::open_map(open, "records")?
             .set_max_entries(capacity)
             .context("Failed to size the records map")?;
         layer::open_map(open, "walk_ids")?
             .set_max_entries(capacity)
             .context("Failed to size the walk_ids map")?;
-        layer::open_map(open, "numa")?
-            .set_max_entries(u32::try_from(numa_rows)?)
-            .context("Failed to size the numa map")?;
         layer::set_data(open, ".rodata", |rodata: &mut Rodata| {
             rodata.cpumask_bytes = (config.cpus.div_ceil(64) * 8).min(CPU_WORDS * 8) as u32;
             rodata.kfuncs = config.kfuncs;
             rodata.walk_root_id = root_id;
             rodata.hugetlb_accounting = config.hugetlb_accounting.into();
-            if let Some(layout) = config.numa {
-                rodata.numa_node_ids = config.nodes as u32;
-                rodata.numa_idx = layout;
-            }
         })
     }
 
@@ -237,8 +223,6 @@ impl Loaded {
         Ok(Loaded {
             link,
             records: MapView::new(&layer::map(&object, "records")?)?,
-            numa: MapView::new(&layer::map(&object, "numa")?)?,
-            numa_nodes: numa_nodes(&config),
             bss: MapView::new(&layer::map(&object, ".bss")?)?,
             _object: object,
             capacity,
@@ -257,7 +241,6 @@ impl Loaded {
             cgroups: bss.nr_cgroups,
             features: bss.features,
             facts: bss.facts,
-            memory_nodes: bss.memory_nodes,
         })
     }
 
@@ -287,15 +270,6 @@ impl Loaded {
         // SAFETY: the kernel wrote the first `n` during the last run, and
         // no run happens while the slice (borrowing self) is alive.
         unsafe { self.records.slice(n as usize) }
-    }
-
-    /// The memory.numa_stat rows of record `i` (one per node id; empty
-    /// when numa_stat is not served), valid where it has HAS_NUMA.
-    pub(crate) fn numa(&self, i: usize) -> &[NumaRow] {
-        let n = self.numa_nodes;
-        // SAFETY: as in `records`.
-        let rows = unsafe { self.numa.slice((i + 1) * n) };
-        rows.get(i * n..).unwrap_or_default()
     }
 }
 
@@ -329,16 +303,6 @@ fn cgroup_id(dir: BorrowedFd) -> Result<u64> {
     Ok(meta.ino())
 }
 
-/// Rows per record for the node ids memory.numa_stat can print; none when
-/// it is not served.
-fn numa_nodes(config: &LoadConfig) -> usize {
-    if config.numa.is_some() {
-        config.nodes
-    } else {
-        0
-    }
-}
-
 /// What one pass reports besides the records.
 pub(crate) struct Pass {
     /// Cgroups visited; may exceed the map's capacity.
@@ -347,8 +311,6 @@ pub(crate) struct Pass {
     pub(crate) features: u32,
     /// Bit i: the kernel has KERNEL_FACTS[i].
     pub(crate) facts: u64,
-    /// The nodes memory.numa_stat prints (N_MEMORY).
-    pub(crate) memory_nodes: u64,
 }
 
 #[cfg(test)]

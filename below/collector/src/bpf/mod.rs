@@ -1,6 +1,6 @@
 //! The BPF backend: one pass per sample writes a fixed-size record per
-//! cgroup into an mmapped array map (memory.numa_stat rows into a second
-//! one); the tree and the samples are built from those records with no
+//! cgroup into an mmapped array map (pressure and memory.numa_stat rows
+//! into others); the tree and the samples are built from those records with no
 //! readdir and no text. The pass holds no cgroup lock where the kernel
 //! allows it, else walks as a cgroup iterator under cgroup_mutex
 //! (`load::Walk`).
@@ -12,8 +12,9 @@
 //!   (through the BPF layer, bstats-bpf);
 //! - `bstats.bpf.c`, `program`: the program a backend runs, the fork's:
 //!   cgroup_stats with pressure (`cgroup_psi.bpf.c`, `cgroup_psi.h`,
-//!   `psi`: the files as read at the pass) and the top-N pass modes
-//!   (`cgroup_rank.h`); below main's alone where it does not load;
+//!   `psi`: the files as read at the pass), memory.numa_stat
+//!   (`cgroup_numa.bpf.c`, `cgroup_numa.h`, `numa`) and the top-N pass
+//!   modes (`cgroup_rank.h`); below main's alone where it does not load;
 //! - `protocol`: which passes a sample runs (FULL, or RANK then WANTED);
 //! - `probe`: what this kernel allows, per stat file;
 //! - `decode`: a record's fields as below's types; `fill`: a record into
@@ -28,7 +29,8 @@
 //! `kernel.rs`, `load.rs` (with their tests) and bstats-bpf's `layer.rs`:
 //! they use nothing of the fork's, and a change to one goes into the series
 //! (`tests/upstream/sync.sh --refresh`). Pressure is the fork's alone: it
-//! reads scheduler internals below main's program leaves to the files.
+//! reads scheduler internals below main's program leaves to the files; so
+//! is memory.numa_stat, whose items' places BTF does not give.
 //!
 //! What BPF cannot serve is read as text for that file only: the root's
 //! cpu.stat and pressure from kept fds ([`RootText`]), and files the plan
@@ -46,6 +48,8 @@ mod kernel;
 #[cfg(test)]
 mod kernel_test;
 mod load;
+#[macro_use]
+pub(crate) mod numa;
 #[cfg(test)]
 mod print_test;
 mod probe;
@@ -159,8 +163,8 @@ impl BpfBackend {
         let mut choose;
         let rank = match top {
             Some((ranker, groups)) => {
-                choose = move |ix: &Indexed, rows: Rows, pass: &Pass| {
-                    let decoder = Decoder::new(&config, pass);
+                choose = move |ix: &Indexed, rows: Rows, _: &Pass| {
+                    let decoder = Decoder::new(&config);
                     let by = ranker.top.by;
                     crate::top::keep(ranker, ix.table, |j| {
                         let i = ix.records[j];
@@ -194,10 +198,10 @@ impl BpfBackend {
                 .retain(|_| *k.next().expect("a choice per position"));
             table.retain(keep);
         }
-        let decoder = Decoder::new(&config, &sampled.pass);
+        let decoder = Decoder::new(&config);
         let psi = self.program.psi();
         let rows = self.program.rows(sampled.pass.cgroups);
-        let numa = |i| self.program.loaded().numa(i);
+        let numa = self.program.numa(sampled.pass.cgroups);
         let mut prev = std::mem::take(&mut self.prev_cputime);
         let root_text = &mut self.root_text;
         // Pressure BPF serves, read as text for a cgroup whose record
@@ -207,7 +211,8 @@ impl BpfBackend {
             let r = &rows.records[i];
             let s = table.sample_mut(pos);
             let pressure = psi.as_ref().zip(rows.pressure.get(i));
-            fill::fill(&decoder, r, numa(i), pressure, bpf, &mut prev, s);
+            let numa = numa.as_ref().map(|n| (n, n.of(i)));
+            fill::fill(&decoder, r, numa, pressure, bpf, &mut prev, s);
             let mut row_text = text;
             if r.level == 0 {
                 root_text

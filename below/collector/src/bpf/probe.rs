@@ -9,6 +9,9 @@ use super::kernel::swap_files_this_boot;
 use super::kernel::Kernel;
 use super::layer::KernelBtf;
 use super::load::Walk;
+use super::numa::NumaKernel;
+use super::numa::NUMA_NODES;
+use super::program::ForkConfig;
 use super::program::Program;
 use super::psi::PsiPass;
 use super::psi::FEAT_PSI;
@@ -57,6 +60,9 @@ pub(crate) struct Probed {
     pub(crate) has_numa_stat: bool,
     /// Whether BTF tells where memory.numa_stat's values are, or why not.
     pub(crate) numa_layout: Result<(), String>,
+    /// Whether the trial pass read memory.numa_stat, or why the program
+    /// that reads it did not load.
+    pub(crate) numa_read: Result<bool, String>,
     /// memory.swap.* exist on this boot (CONFIG_SWAP, not turned off), or
     /// why not.
     pub(crate) swap_files: Result<(), String>,
@@ -86,14 +92,16 @@ pub(crate) fn probe_with(root_fd: BorrowedFd, btf: Option<&Path>) -> Probe {
         capability: Err(NotServed::Unavailable(why)),
         backend: None,
     };
-    let Kernel {
-        config,
-        has_numa_stat,
-        numa_layout,
-        lacking_memcg_kfuncs,
-        controllers,
-        swap_files,
-    } = match KernelBtf::open(btf).and_then(|btf| Kernel::read(&btf)) {
+    let read = |btf: KernelBtf| Ok((Kernel::read(&btf)?, NumaKernel::read(&btf)));
+    let (
+        Kernel {
+            config,
+            lacking_memcg_kfuncs,
+            controllers,
+            swap_files,
+        },
+        numa,
+    ) = match KernelBtf::open(btf).and_then(read) {
         Ok(kernel) => kernel,
         Err(e) => return fail(format!("{e:#}")),
     };
@@ -104,6 +112,10 @@ pub(crate) fn probe_with(root_fd: BorrowedFd, btf: Option<&Path>) -> Probe {
     }
     let hugetlb_accounting = crate::mount::hugetlb_accounting();
     config.hugetlb_accounting = *hugetlb_accounting.as_ref().unwrap_or(&false);
+    let config = ForkConfig {
+        core: config,
+        numa: numa.config(nodes),
+    };
     let (mut program, no_fork) = match Program::first(root_fd, config, btf) {
         Ok(p) => p,
         Err(e) => return fail(format!("cannot load the cgroup iterator: {e:#}")),
@@ -112,15 +124,20 @@ pub(crate) fn probe_with(root_fd: BorrowedFd, btf: Option<&Path>) -> Probe {
         Ok(pass) => pass,
         Err(e) => return fail(format!("the cgroup iterator failed: {e:#}")),
     };
-    let psi = match no_fork {
+    let no_fork = no_fork.map(|why| format!("program bstats did not load: {why}"));
+    let psi = match &no_fork {
         None => Ok(program.psi().expect("the fork's program has pressure")),
-        Some(why) => Err(format!("program bstats did not load: {why}")),
+        Some(why) => Err(why.clone()),
     };
     let found = Probed {
         cpus,
         nodes,
-        has_numa_stat,
-        numa_layout: numa_layout.map(|_| ()).map_err(|e| format!("{e:#}")),
+        has_numa_stat: numa.has_numa_stat,
+        numa_layout: numa.layout.map(|_| ()).map_err(|e| format!("{e:#}")),
+        numa_read: match no_fork {
+            None => Ok(program.numa(0).is_some()),
+            Some(why) => Err(why),
+        },
         memcg_kfuncs: match lacking_memcg_kfuncs.is_empty() {
             true => Ok(()),
             false => Err(lacking_memcg_kfuncs.join(", ")),
@@ -221,11 +238,13 @@ pub(crate) fn support(found: &Probed) -> Support {
     let no_memcg_kfuncs =
         (found.memcg_kfuncs.as_ref().err()).map(|lacking| NotServed::MissingKfunc(lacking.clone()));
     // Still in `files`: the kernel has the file and a record holds its nodes.
-    let numa_gap = match &found.numa_layout {
-        _ if !files.contains(StatFile::MemoryNumaStat) || features & FEAT_NUMA != 0 => None,
-        Err(why) => Some(NotServed::NumaLayout(why.clone())),
-        Ok(_) if no_memcg_kfuncs.is_some() => no_memcg_kfuncs.clone(),
-        Ok(_) => Some(NotServed::MissingKsym("node_states".to_owned())),
+    let numa_gap = match (&found.numa_layout, &found.numa_read) {
+        _ if !files.contains(StatFile::MemoryNumaStat) => None,
+        (_, Ok(true)) => None,
+        (Err(why), _) => Some(NotServed::NumaLayout(why.clone())),
+        (Ok(_), Err(why)) => Some(NotServed::NoForkProgram(why.clone())),
+        (Ok(_), Ok(false)) if no_memcg_kfuncs.is_some() => no_memcg_kfuncs.clone(),
+        (Ok(_), Ok(false)) => Some(NotServed::MissingKsym("node_states".to_owned())),
     };
     if let Some(why) = no_memcg_kfuncs {
         never(StatFile::MemoryStat, why, &mut files);

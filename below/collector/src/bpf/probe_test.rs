@@ -9,6 +9,7 @@ use std::os::fd::AsFd;
 
 use super::contract::*;
 use super::load::Walk;
+use super::numa::NUMA_NODES;
 use super::probe::probe_with;
 use super::probe::support;
 use super::probe::Probed;
@@ -48,11 +49,12 @@ fn full() -> Probed {
         nodes: 1,
         has_numa_stat: true,
         numa_layout: Ok(()),
+        numa_read: Ok(true),
         memcg_kfuncs: Ok(()),
         controllers: Ok(()),
         swap_files: Ok(()),
         hugetlb_accounting: Ok(()),
-        features: FEAT_CPU_FLUSH | FEAT_MEMCG_KFUNCS | FEAT_NUMA,
+        features: FEAT_CPU_FLUSH | FEAT_MEMCG_KFUNCS,
         facts: (1 << KERNEL_FACTS.len()) - 1,
         psi: Ok(psi_with(FEAT_PSI | FEAT_PSI_CLOCK, 0)),
         walk: Walk::Rcu,
@@ -68,6 +70,7 @@ const NO_MEMCG_KFUNCS: &str = "bpf_get_mem_cgroup, bpf_put_mem_cgroup, bpf_mem_c
 fn no_memcg_kfuncs() -> Probed {
     Probed {
         features: FEAT_CPU_FLUSH,
+        numa_read: Ok(false),
         memcg_kfuncs: Err(NO_MEMCG_KFUNCS.to_owned()),
         ..full()
     }
@@ -391,7 +394,7 @@ fn config_and_machine_limits() {
 
     let no_numa = Probed {
         has_numa_stat: false,
-        features: full().features & !FEAT_NUMA,
+        numa_read: Ok(false),
         ..full()
     };
     let p = plan(BackendChoice::Auto, Ok(&no_numa), false);

@@ -1,9 +1,10 @@
 //! The fork's program, bstats.bpf.c: below main's cgroup_stats with the
-//! fork's pressure (cgroup_psi.bpf.c, [`super::psi`]) and the top-N pass
-//! modes of cgroup_rank.h, loaded through the core's loader
-//! ([`Loaded::prepare`], [`Loaded::attach`]). Where it does not load, the
-//! backend runs below main's program alone ([`Program::Core`]): pressure
-//! is read as text then, and ranking done over the samples.
+//! fork's pressure (cgroup_psi.bpf.c, [`super::psi`]), memory.numa_stat
+//! (cgroup_numa.bpf.c, [`super::numa`]) and the top-N pass modes of
+//! cgroup_rank.h, loaded through the core's loader ([`Loaded::prepare`],
+//! [`Loaded::attach`]). Where it does not load, the backend runs below
+//! main's program alone ([`Program::Core`]): pressure and numa_stat are
+//! read as text then, and ranking done over the samples.
 
 use std::os::fd::BorrowedFd;
 use std::path::Path;
@@ -26,6 +27,8 @@ use super::load::Loaded;
 use super::load::Pass;
 use super::load::Walk;
 use super::load::FIRST_CAPACITY;
+use super::numa::Numa;
+use super::numa::NumaRow;
 use super::protocol::Passes;
 use super::protocol::Rows;
 use super::protocol::Slots;
@@ -38,8 +41,8 @@ pub(crate) mod skel {
     include!(concat!(env!("OUT_DIR"), "/bstats.skel.rs"));
 }
 
-/// bindgen of the fork's headers (build.rs): cgroup_psi.h (see psi.rs)
-/// and cgroup_rank.h, PASS_*.
+/// bindgen of the fork's headers (build.rs): cgroup_psi.h (see psi.rs),
+/// cgroup_numa.h (numa.rs) and cgroup_rank.h, PASS_*.
 #[allow(non_camel_case_types, non_upper_case_globals, dead_code, clippy::all)]
 pub(crate) mod fork_h {
     include!(concat!(env!("OUT_DIR"), "/bstats_h.rs"));
@@ -53,10 +56,14 @@ pub(crate) const OBJECT: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/bstat
 /// The program's name in the object (its forms: [`Walk::program`]).
 pub(crate) const PROGRAM: &str = "bstats";
 
+/// Its `.data.numa`: the nodes memory.numa_stat prints at the pass.
+use skel::types::data_numa as DataNuma;
 /// Its `.data.psi`: what the pass found of pressure.
 use skel::types::data_psi as DataPsi;
 /// The program's `.data.rank`: the pass mode in, `moved` out.
 use skel::types::data_rank as Control;
+/// Its `.rodata.numa`: where memory.numa_stat's items are.
+use skel::types::rodata_numa as RodataNuma;
 /// Its `.rodata.psi`: nr_cpu_ids.
 use skel::types::rodata_psi as RodataPsi;
 
@@ -69,6 +76,20 @@ unsafe impl Pod for DataPsi {}
 unsafe impl Pod for RodataPsi {}
 // SAFETY: as above.
 unsafe impl Pod for PressureRow {}
+// SAFETY: as above.
+unsafe impl Pod for DataNuma {}
+// SAFETY: as above.
+unsafe impl Pod for RodataNuma {}
+// SAFETY: as above.
+unsafe impl Pod for NumaRow {}
+
+/// What the fork's program is loaded with: below main's program's
+/// config, and how memory.numa_stat is read (None: left to the files).
+#[derive(Clone, Copy)]
+pub(crate) struct ForkConfig {
+    pub(crate) core: LoadConfig,
+    pub(crate) numa: Option<Numa>,
+}
 
 /// Map key 0, for the one entry of a data section.
 const ENTRY: [u8; 4] = 0u32.to_ne_bytes();
@@ -81,15 +102,19 @@ pub(crate) struct ForkLoaded {
     /// A row per record slot (map `pressure`).
     pressure: MapView<PressureRow>,
     psi: MapView<DataPsi>,
+    numa: Option<Numa>,
+    /// `numa.nodes` rows per record slot (map `numa`).
+    numa_rows: MapView<NumaRow>,
+    numa_pass: MapView<DataNuma>,
     /// What `wanted` holds per slot (none after a load).
     marks: Vec<u64>,
 }
 
 impl ForkLoaded {
     /// The first load, in the form [`Walk::first`] picks.
-    pub(crate) fn first(root: BorrowedFd, config: LoadConfig, btf: Option<&Path>) -> Result<Self> {
+    pub(crate) fn first(root: BorrowedFd, config: ForkConfig, btf: Option<&Path>) -> Result<Self> {
         let btf = btf.map(Path::to_path_buf);
-        Walk::first(config.rcu_walk, |walk| {
+        Walk::first(config.core.rcu_walk, |walk| {
             Self::new(root, FIRST_CAPACITY, config, walk, btf.clone())
         })
     }
@@ -97,7 +122,7 @@ impl ForkLoaded {
     fn new(
         root: BorrowedFd,
         capacity: u32,
-        config: LoadConfig,
+        config: ForkConfig,
         walk: Walk,
         btf: Option<PathBuf>,
     ) -> Result<Self> {
@@ -115,16 +140,26 @@ impl ForkLoaded {
         prog: &str,
         root: BorrowedFd,
         capacity: u32,
-        config: &LoadConfig,
+        config: &ForkConfig,
     ) -> Result<()> {
-        Loaded::prepare(open, prog, root, capacity, config)?;
+        Loaded::prepare(open, prog, root, capacity, &config.core)?;
         for map in ["wanted", "pressure"] {
             layer::open_map(open, map)?
                 .set_max_entries(capacity)
                 .with_context(|| format!("Failed to size the {map} map"))?;
         }
+        let numa_rows = capacity as usize * config.numa.map_or(0, |n| n.nodes);
+        layer::open_map(open, "numa")?
+            .set_max_entries(u32::try_from(numa_rows.max(1))?)
+            .context("Failed to size the numa map")?;
+        if let Some(numa) = config.numa {
+            layer::set_data(open, ".rodata.numa", |r: &mut RodataNuma| {
+                r.numa_node_ids = numa.nodes as u32;
+                r.numa_idx = numa.layout;
+            })?;
+        }
         layer::set_data(open, ".rodata.psi", |r: &mut RodataPsi| {
-            r.nr_cpus = config.cpus as u32;
+            r.nr_cpus = config.core.cpus as u32;
         })
     }
 
@@ -135,7 +170,7 @@ impl ForkLoaded {
         prog: &str,
         root: BorrowedFd,
         capacity: u32,
-        config: LoadConfig,
+        config: ForkConfig,
         walk: Walk,
         btf: Option<PathBuf>,
     ) -> Result<Self> {
@@ -143,13 +178,18 @@ impl ForkLoaded {
         let control = MapHandle::try_from(&layer::map(&object, ".data.rank")?)?;
         let pressure = MapView::new(&layer::map(&object, "pressure")?)?;
         let psi = MapView::new(&layer::map(&object, ".data.psi")?)?;
-        let loaded = Loaded::attach(object, prog, root, capacity, config, walk, btf)?;
+        let numa_rows = MapView::new(&layer::map(&object, "numa")?)?;
+        let numa_pass = MapView::new(&layer::map(&object, ".data.numa")?)?;
+        let loaded = Loaded::attach(object, prog, root, capacity, config.core, walk, btf)?;
         Ok(ForkLoaded {
             loaded,
             wanted,
             control,
             pressure,
             psi,
+            numa: config.numa,
+            numa_rows,
+            numa_pass,
             marks: Vec::new(),
         })
     }
@@ -185,6 +225,19 @@ impl ForkLoaded {
         PsiPass::new(d.psi_features, d.psi_no_clock, d.psi_now, d.psi_period_ns)
     }
 
+    /// memory.numa_stat of the first `n` records, where the pass read it.
+    fn numa(&self, n: u32) -> Option<NumaRows<'_>> {
+        let numa = self.numa?;
+        let pass = self.numa_pass.get(0);
+        (pass.numa_read != 0).then(|| NumaRows {
+            numa,
+            memory_nodes: pass.memory_nodes,
+            // SAFETY: as in `pressure`; the map has `numa.nodes` rows
+            // per record slot.
+            rows: unsafe { self.numa_rows.slice(n as usize * numa.nodes) },
+        })
+    }
+
     /// The pressure rows of the first `n` records (valid where a record
     /// has HAS_PSI).
     fn pressure(&self, n: u32) -> &[PressureRow] {
@@ -207,13 +260,13 @@ impl Program {
     /// The fork's program, else below main's with why not the fork's.
     pub(crate) fn first(
         root: BorrowedFd,
-        config: LoadConfig,
+        config: ForkConfig,
         btf: Option<&Path>,
     ) -> Result<(Self, Option<String>)> {
         match ForkLoaded::first(root, config, btf) {
             Ok(fork) => Ok((Program::Fork(fork), None)),
             Err(e) => {
-                let core = Loaded::first(root, config, btf)?;
+                let core = Loaded::first(root, config.core, btf)?;
                 Ok((Program::Core(core), Some(format!("{e:#}"))))
             }
         }
@@ -231,6 +284,15 @@ impl Program {
         match self {
             Program::Core(loaded) => loaded.run(),
             Program::Fork(f) => f.run(PASS_FULL, 0).map(|(pass, _)| pass),
+        }
+    }
+
+    /// memory.numa_stat of the first `n` records of the last pass;
+    /// None: not read.
+    pub(crate) fn numa(&self, n: u32) -> Option<NumaRows<'_>> {
+        match self {
+            Program::Core(_) => None,
+            Program::Fork(f) => f.numa(n),
         }
     }
 
@@ -278,14 +340,21 @@ impl Passes for PassRunner<'_> {
                 );
                 Ok((loaded.run_all(root)?, Slots::Held))
             }
-            Program::Fork(f) => run_growing(
-                f,
-                |f| &f.loaded,
-                |f| f.run(mode, rank_groups),
-                |had, cap| {
-                    ForkLoaded::new(root, cap, *had.config(), had.walk().clone(), btf.cloned())
-                },
-            ),
+            Program::Fork(f) => {
+                let numa = f.numa;
+                run_growing(
+                    f,
+                    |f| &f.loaded,
+                    |f| f.run(mode, rank_groups),
+                    |had, cap| {
+                        let config = ForkConfig {
+                            core: *had.config(),
+                            numa,
+                        };
+                        ForkLoaded::new(root, cap, config, had.walk().clone(), btf.cloned())
+                    },
+                )
+            }
         }
     }
 
@@ -316,5 +385,22 @@ impl Passes for PassRunner<'_> {
         }
         f.marks = marks;
         Ok(())
+    }
+}
+
+/// The memory.numa_stat rows of a pass, as [`Numa`] reads them.
+pub(crate) struct NumaRows<'a> {
+    pub(crate) numa: Numa,
+    /// The nodes the file prints (N_MEMORY at the pass).
+    pub(crate) memory_nodes: u64,
+    /// `numa.nodes` per record.
+    pub(crate) rows: &'a [NumaRow],
+}
+
+impl NumaRows<'_> {
+    /// Record `i`'s rows, one per node id (valid where it has HAS_NUMA).
+    pub(crate) fn of(&self, i: usize) -> &[NumaRow] {
+        let n = self.numa.nodes;
+        self.rows.get(i * n..(i + 1) * n).unwrap_or_default()
     }
 }

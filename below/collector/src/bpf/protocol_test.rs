@@ -83,7 +83,6 @@ impl Model {
             cgroups: self.tree.len() as u32,
             features: 0,
             facts: 0,
-            memory_nodes: 0,
         };
         (pass, moved)
     }

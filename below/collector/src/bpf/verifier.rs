@@ -26,7 +26,6 @@ use libbpf_rs::OpenObject;
 
 use super::contract;
 use super::kernel::Kernel;
-use super::kernel::LoadConfig;
 use super::layer;
 use super::layer::KernelBtf;
 pub use super::layer::ProgInfo;
@@ -34,7 +33,9 @@ use super::load::Loaded;
 use super::load::NoRcuWalk;
 use super::load::Walk;
 use super::load::FIRST_CAPACITY;
+use super::numa::NumaKernel;
 use super::program;
+use super::program::ForkConfig;
 use super::program::ForkLoaded;
 
 /// Whose program an object holds.
@@ -77,10 +78,10 @@ impl Whose {
         open: &mut OpenObject,
         prog: &str,
         root: BorrowedFd,
-        config: &LoadConfig,
+        config: &ForkConfig,
     ) -> Result<()> {
         match self {
-            Whose::BelowMain => Loaded::prepare(open, prog, root, FIRST_CAPACITY, config),
+            Whose::BelowMain => Loaded::prepare(open, prog, root, FIRST_CAPACITY, &config.core),
             Whose::Fork => ForkLoaded::prepare(open, prog, root, FIRST_CAPACITY, config),
         }
     }
@@ -91,13 +92,13 @@ impl Whose {
         object: Object,
         prog: &str,
         root: BorrowedFd,
-        config: LoadConfig,
+        config: ForkConfig,
         walk: Walk,
     ) -> Result<()> {
         let cap = FIRST_CAPACITY;
         match self {
             Whose::BelowMain => {
-                Loaded::attach(object, prog, root, cap, config, walk, None).map(drop)
+                Loaded::attach(object, prog, root, cap, config.core, walk, None).map(drop)
             }
             Whose::Fork => {
                 ForkLoaded::attach(object, prog, root, cap, config, walk, None).map(drop)
@@ -208,13 +209,17 @@ pub fn verifier_stats(root: &Path, loads: usize) -> Result<VerifierStats> {
     crate::check_cgroup2_root(root)?;
     let root_fd = crate::read::open_root(root)?;
     let btf = KernelBtf::open(None)?;
-    let mut config = Kernel::read(&btf)?.config;
-    // As the backend sets it (bpf::probe).
-    config.hugetlb_accounting = crate::mount::hugetlb_accounting()?;
+    let mut core = Kernel::read(&btf)?.config;
+    // As the backend sets them (bpf::probe).
+    core.hugetlb_accounting = crate::mount::hugetlb_accounting()?;
+    let config = ForkConfig {
+        core,
+        numa: NumaKernel::read(&btf).config(core.nodes),
+    };
     let mut forms = Vec::new();
     for whose in [Whose::BelowMain, Whose::Fork] {
         for rcu in [false, true] {
-            let walk = match (rcu, config.rcu_walk) {
+            let walk = match (rcu, core.rcu_walk) {
                 (false, _) => {
                     Walk::Locked(NoRcuWalk::Unavailable("measured as the cgroup iterator"))
                 }
@@ -247,7 +252,7 @@ pub fn verifier_stats(root: &Path, loads: usize) -> Result<VerifierStats> {
             .context("cannot read /proc/sys/kernel/osrelease")?
             .trim()
             .to_owned(),
-        cpus_possible: config.cpus,
+        cpus_possible: core.cpus,
         cpus_online: std::fs::read_to_string("/sys/devices/system/cpu/online")
             .ok()
             .and_then(|l| cpu_count(&l))
@@ -262,7 +267,7 @@ pub fn verifier_stats(root: &Path, loads: usize) -> Result<VerifierStats> {
 fn load_times(
     whose: Whose,
     root: BorrowedFd,
-    config: LoadConfig,
+    config: ForkConfig,
     walk: &Walk,
     prog: &str,
     n: usize,
@@ -296,7 +301,7 @@ const BPF_LOG_STATS: u32 = 4;
 fn verifier_log(
     whose: Whose,
     root: BorrowedFd,
-    config: &LoadConfig,
+    config: &ForkConfig,
     prog: &str,
 ) -> Result<VerifierLog> {
     let mut log = vec![0u8; 64 << 10];

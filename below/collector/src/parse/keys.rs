@@ -1,7 +1,7 @@
 //! Setters by key for the text files whose keys are lists of
 //! cgroup_stats.h (memory.stat, memory.events[.local], memory.numa_stat),
-//! from the lists the record's fills are made of (contract.rs's
-//! `*_list!` macros): the text and the record name the same fields.
+//! from the lists the record's fills are made of (contract.rs's and
+//! numa.rs's `*_list!` macros): the text and the record name the same fields.
 
 use crate::cgroupfs_ext::MemoryEvents;
 use crate::cgroupfs_ext::MemoryEventsLocal;
@@ -47,6 +47,8 @@ numa_items_list!(numa_setter);
 mod tests {
     use super::*;
     use crate::bpf::contract::*;
+    use crate::bpf::numa::fill_numa_stat;
+    use crate::bpf::numa::NUMA_KEYS;
 
     /// Slot i alone written by `fill` is the field key i sets; ABSENT
     /// slots are None.

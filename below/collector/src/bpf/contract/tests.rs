@@ -40,7 +40,6 @@ fn covers<T: Default + serde::Serialize>(fill: fn(&mut T, &[u64]), keys: &[&str]
 #[test]
 fn lists_cover_below_fields() {
     covers(fill_memory_stat, MEMSTAT_KEYS);
-    covers(fill_numa_stat, NUMA_KEYS);
     covers(fill_memory_events, MEMCG_EVENT_KEYS);
     covers(fill_memory_events_local, MEMCG_EVENT_KEYS);
 }

@@ -25,16 +25,10 @@ use crate::MemoryStat;
 pub(crate) const PAGE: u64 = 4096;
 
 pub(crate) fn decoder() -> Decoder {
-    let mut numa = [NUMA_NO_IDX; NUMA_ITEMS.len()];
-    // Only the first two items are printed by this "kernel".
-    numa[0] = 0;
-    numa[1] = 1;
     Decoder {
         cpus: 4,
         nodes: 2,
-        numa: Some(numa),
         page_size: PAGE,
-        memory_nodes: 0b01,
     }
 }
 
@@ -50,7 +44,7 @@ pub(crate) fn full() -> Record {
         id: 42,
         parent_id: 1,
         level: 1,
-        flags: HAS_MEMCG | HAS_MEMSTAT | HAS_CPU | HAS_PIDS | HAS_CPUSET | HAS_BSTAT | HAS_NUMA,
+        flags: HAS_MEMCG | HAS_MEMSTAT | HAS_CPU | HAS_PIDS | HAS_CPUSET | HAS_BSTAT,
         controllers: 0b1010,
         subtree_control: 0b10,
         nr_descendants: 3,
@@ -85,19 +79,6 @@ pub(crate) fn full() -> Record {
     r.memstat = std::array::from_fn(|i| 100 + i as u64);
     r.memstat[slot(MEMSTAT_KEYS, "zswap")] = ABSENT;
     r
-}
-
-/// The numa rows of [`full`]: node 0's values count up, node 1's are
-/// never printed (not in memory_nodes).
-pub(crate) fn full_numa() -> [NumaRow; 2] {
-    [
-        NumaRow {
-            v: std::array::from_fn(|i| 10 + i as u64),
-        },
-        NumaRow {
-            v: [99; NUMA_ITEMS.len()],
-        },
-    ]
 }
 
 pub(crate) fn set(bits: &[u32]) -> BTreeSet<u32> {
@@ -140,14 +121,6 @@ fn full_record_decodes_in_the_files_units() {
     assert_eq!(ms.zswap, None, "ABSENT");
     // Read by BPF under memory_hugetlb_accounting only (IF_HUGETLB): its slot.
     assert_eq!(ms.hugetlb, Some(100 + slot(MEMSTAT_KEYS, "hugetlb") as u64));
-
-    // Node 0 only (memory_nodes), the two items this kernel prints, scaled.
-    let rows = full_numa();
-    let numa = d.numa_stat(&rows).expect("numa_stat");
-    assert_eq!(numa.keys().copied().collect::<Vec<_>>(), [0]);
-    let n0 = &numa[&0];
-    assert_eq!((n0.anon, n0.file), (Some(10 * PAGE), Some(11 * PAGE)));
-    assert_eq!(n0.kernel_stack, None);
 
     assert_eq!(d.bytes(r.mem_usage), 10 * PAGE as i64);
     assert_eq!(d.limit(r.mem_min), 0);
