@@ -74,7 +74,7 @@ static __noinline int visit_bstats(struct cgroup *cgrp,
   struct record *r;
   __u64 id, *w;
   bool want;
-  __u32 idx = nr_cgroups; /* next_record()'s */
+  __u32 idx = pass.nr_cgroups; /* next_record()'s */
 
   r = next_record();
   if (!r)

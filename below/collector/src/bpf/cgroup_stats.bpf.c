@@ -16,7 +16,7 @@
  * One pass over the cgroup tree per sample: flush once at the walk root,
  * then write one fixed-size record per cgroup, in pre-order, into an
  * mmapped array map. Nothing is printed: user space reads the records in place
- * and reads `nr_cgroups`/`features` from the mmapped .bss.
+ * and reads what the pass found (`pass`) from the mmapped .bss.
  *
  * The pass comes in two forms (CGROUP_PASS); the loader loads one:
  * - `cgroup_stats`: a sleepable cgroup iterator (order DESCENDANTS_PRE,
@@ -64,13 +64,18 @@ struct {
   __uint(max_entries, 1);
 } walk_ids SEC(".maps");
 
-/* Cgroups visited by the last pass, counted past the map's capacity so
- * user space knows how far to grow it. */
-__u32 nr_cgroups;
-/* FEAT_* bits: what this kernel let the last pass do. */
-__u32 features;
-/* The KERNEL_FACTS this kernel has, bit FACT_*: set by every pass. */
-__u64 facts;
+/* What the last pass found: the one variable of .bss, which user space
+ * maps. One struct, so that every object built from this file lays it out
+ * alike (the compiler orders separate globals as it likes). */
+struct {
+  /* Cgroups visited, counted past the map's capacity so user space knows
+   * how far to grow it. */
+  __u32 nr_cgroups;
+  /* FEAT_* bits: what this kernel let the pass do. */
+  __u32 features;
+  /* The KERNEL_FACTS this kernel has, bit FACT_*. */
+  __u64 facts;
+} pass;
 /* Bytes of a cpumask the kernel allocated (nr_cpu_ids bits, in longs);
  * set by the loader: reading past them reads other objects. */
 const volatile __u32 cpumask_bytes = 8;
@@ -299,7 +304,7 @@ static __always_inline void fill_cpu(struct record *r, struct cgroup *cgrp) {
  * picked after: a helper call per item costs more than the bytes. One
  * object runs one pass at a time (its loader's), so passes never share it. */
 #define SCRATCH_LONGS 64
-__u64 scratch[SCRATCH_LONGS];
+static __u64 scratch[SCRATCH_LONGS] SEC(".data.work");
 
 static __always_inline void fill_pids(struct record *r, struct cgroup *cgrp) {
   struct pids_cgroup___local *pids = OWN_CSS(cgrp, pids);
@@ -499,15 +504,15 @@ static __always_inline void flush_at_walk_root(struct cgroup *cgrp) {
       bpf_put_mem_cgroup(m);
     }
   }
-  features = feat;
+  pass.features = feat;
 #define FACT_BIT(fact, ...) | (have_##fact() ? 1ULL << FACT_##fact : 0)
-  facts = 0 KERNEL_FACTS(FACT_BIT);
+  pass.facts = 0 KERNEL_FACTS(FACT_BIT);
 }
 
-/* The next record of the pass, at index nr_cgroups; NULL past the map's
+/* The next record of the pass, at index pass.nr_cgroups; NULL past the map's
  * capacity (counted: user space grows the map). */
 static __always_inline struct record *next_record(void) {
-  __u32 idx = nr_cgroups++;
+  __u32 idx = pass.nr_cgroups++;
 
   return bpf_map_lookup_elem(&records, &idx);
 }
@@ -556,8 +561,8 @@ static __always_inline void fill_record(struct record *r, struct cgroup *cgrp,
  * Globals, not locals: the verifier tracks no values in map memory, so the
  * loop's steps look alike to it (a counter on the stack would make each
  * step a new state to explore). */
-__u32 walk_seen;
-__u32 walk_stored;
+static __u32 walk_seen SEC(".data.work");
+static __u32 walk_stored SEC(".data.work");
 
 /* The walk under RCU's first step, short so that RCU's grace periods are
  * not held up (a write to cgroup.procs waits for one while it holds
@@ -607,12 +612,12 @@ static __always_inline void list_cgroups(struct cgroup *root) {
     /* No cgroup first: the walk root is gone, an empty pass. */               \
     if (!cgrp) {                                                               \
       if (ctx->meta->seq_num == 0)                                             \
-        nr_cgroups = 0;                                                        \
+        pass.nr_cgroups = 0;                                                   \
       return 0;                                                                \
     }                                                                          \
     if (ctx->meta->seq_num == 0) {                                             \
       START();                                                                 \
-      nr_cgroups = 0;                                                          \
+      pass.nr_cgroups = 0;                                                     \
       flush_at_walk_root(cgrp);                                                \
     }                                                                          \
     VISIT(cgrp, &cgrp->self);                                                  \
@@ -647,7 +652,7 @@ static __always_inline void list_cgroups(struct cgroup *root) {
     if (!ctx->task)                                                            \
       return 0;                                                                \
     START();                                                                   \
-    nr_cgroups = 0;                                                            \
+    pass.nr_cgroups = 0;                                                       \
     /* Removed since the load: an empty pass, as the iterator's. */            \
     root = bpf_cgroup_from_id(walk_root_id);                                   \
     if (!root)                                                                 \
@@ -658,7 +663,7 @@ static __always_inline void list_cgroups(struct cgroup *root) {
     bpf_loop(walk_stored, name##_visit_id, NULL, 0);                           \
     /* More than the maps hold: user space grows them. */                      \
     if (walk_seen > walk_stored)                                               \
-      nr_cgroups = walk_seen;                                                  \
+      pass.nr_cgroups = walk_seen;                                             \
     return 0;                                                                  \
   }
 

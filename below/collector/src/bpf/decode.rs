@@ -52,7 +52,7 @@ pub(crate) struct Decoder {
 pub(crate) type PrevCputime = HashMap<u64, (u64, u64)>;
 
 impl Decoder {
-    /// For the records of a program loaded with `config`.
+    /// For the records of a pass: the config the program was loaded with.
     pub(crate) fn new(config: &LoadConfig) -> Self {
         Decoder {
             cpus: config.cpus,

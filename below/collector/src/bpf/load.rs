@@ -238,9 +238,9 @@ impl Loaded {
         layer::run_iter(&self.link, &mut Vec::new())?;
         let bss = self.bss.get(0);
         Ok(Pass {
-            cgroups: bss.nr_cgroups,
-            features: bss.features,
-            facts: bss.facts,
+            cgroups: bss.pass.nr_cgroups,
+            features: bss.pass.features,
+            facts: bss.pass.facts,
         })
     }
 

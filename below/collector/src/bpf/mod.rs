@@ -56,6 +56,8 @@ mod probe;
 #[cfg(test)]
 mod probe_test;
 mod program;
+#[cfg(test)]
+mod program_test;
 mod protocol;
 mod psi;
 pub mod verifier;
