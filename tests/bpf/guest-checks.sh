@@ -45,7 +45,7 @@ numa)
 fallback)
   # 6.1 and 6.12 have none of the memcg kfuncs: the reason names them.
   lacking="bpf_get_mem_cgroup, bpf_put_mem_cgroup, bpf_mem_cgroup_page_state,\
- bpf_mem_cgroup_vm_events, bpf_mem_cgroup_flush_stats"
+ bpf_mem_cgroup_vm_events"
   check plan-auto $B plan auto --bpf memory.current \
     --read "memory.stat=missing_kfunc:$lacking"
   # Forced bpf serves what it can and reads the rest, with the reason.

@@ -88,9 +88,12 @@ const volatile __u32 hugetlb_accounting;
 /* The walk root's cgroup id (the RCU walk finds it by id). */
 const volatile __u64 walk_root_id;
 
-/* 7.x rstat flush; 6.x had cgroup_rstat_flush(struct cgroup *). */
+/* 7.x rstat flush, per css; 6.x had cgroup_rstat_flush(struct cgroup *),
+ * bpf_cgroup_rstat_flush() on some fleet kernels, which flush every
+ * controller's css of the cgroup. */
 extern void css_rstat_flush(struct cgroup_subsys_state *css) __ksym __weak;
 extern void cgroup_rstat_flush(struct cgroup *cgrp) __ksym __weak;
+extern void bpf_cgroup_rstat_flush(struct cgroup *cgrp) __ksym __weak;
 extern struct mem_cgroup *
 bpf_get_mem_cgroup(struct cgroup_subsys_state *css) __ksym __weak;
 extern void bpf_put_mem_cgroup(struct mem_cgroup *memcg) __ksym __weak;
@@ -100,7 +103,7 @@ extern unsigned long
 bpf_mem_cgroup_vm_events(struct mem_cgroup *memcg,
                          enum vm_event_item event) __ksym __weak;
 extern void bpf_mem_cgroup_flush_stats(struct mem_cgroup *memcg) __ksym __weak;
-/* The RCU walk (KF_RCU_WALK). */
+/* The walk under RCU (LoadConfig.rcu_walk in user space). */
 extern struct cgroup *bpf_cgroup_from_id(__u64 cgid) __ksym __weak;
 extern void bpf_cgroup_release(struct cgroup *cgrp) __ksym __weak;
 extern void bpf_rcu_read_lock(void) __ksym __weak;
@@ -488,11 +491,14 @@ static __always_inline void fill_memstat(struct record *r,
 static __always_inline void flush_at_walk_root(struct cgroup *cgrp) {
   __u32 feat = 0;
 
-  if (kfuncs & KF_CSS_RSTAT_FLUSH) {
-    css_rstat_flush(&cgrp->self);
+  if (kfuncs & KF_BPF_CGROUP_RSTAT_FLUSH) {
+    bpf_cgroup_rstat_flush(cgrp);
     feat |= FEAT_CPU_FLUSH;
   } else if (kfuncs & KF_CGROUP_RSTAT_FLUSH) {
     cgroup_rstat_flush(cgrp);
+    feat |= FEAT_CPU_FLUSH;
+  } else if (kfuncs & KF_CSS_RSTAT_FLUSH) {
+    css_rstat_flush(&cgrp->self);
     feat |= FEAT_CPU_FLUSH;
   }
   if (have_memcg_kfuncs()) {
@@ -500,7 +506,12 @@ static __always_inline void flush_at_walk_root(struct cgroup *cgrp) {
 
     feat |= FEAT_MEMCG_KFUNCS;
     if (m) {
-      bpf_mem_cgroup_flush_stats(m);
+      /* The flush a read of memory.stat does; else the memcg's own css
+       * (css_rstat_flush() above flushed the cgroup's self css only). */
+      if (kfuncs & KF_MEMCG_FLUSH)
+        bpf_mem_cgroup_flush_stats(m);
+      else if (kfuncs & KF_CSS_RSTAT_FLUSH)
+        css_rstat_flush(&m->css);
       bpf_put_mem_cgroup(m);
     }
   }

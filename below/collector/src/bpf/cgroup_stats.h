@@ -62,11 +62,16 @@ BITS(HAS_FLAGS, has);
 BITS(FEAT_FLAGS, feat);
 
 /* Kfuncs user space found in the running kernel's BTF (rodata `kfuncs`):
- * bpf_ksym_exists() on a kfunc needs 6.3+, so the check is done there. */
+ * bpf_ksym_exists() on a kfunc needs 6.3+, so the check is done there.
+ * One of the rstat flushes (kernel.rs's RSTAT_FLUSHES); KF_MEMCG: the memcg
+ * kfuncs memory.stat reads through, and a way to flush memcg;
+ * KF_MEMCG_FLUSH: bpf_mem_cgroup_flush_stats(). */
 #define KF_FLAGS(X)                                                            \
-  X(KF_CSS_RSTAT_FLUSH)                                                        \
+  X(KF_BPF_CGROUP_RSTAT_FLUSH)                                                 \
   X(KF_CGROUP_RSTAT_FLUSH)                                                     \
-  X(KF_MEMCG)
+  X(KF_CSS_RSTAT_FLUSH)                                                        \
+  X(KF_MEMCG)                                                                  \
+  X(KF_MEMCG_FLUSH)
 BITS(KF_FLAGS, kf);
 
 /* cgroup.controllers names: our own bit per controller (record

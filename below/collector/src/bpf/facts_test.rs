@@ -135,7 +135,9 @@ fn loads_without_each_optional_fact() {
         "too few facts on this kernel"
     );
 
-    // Facts user space reads from BTF: no CONFIG_SWAP, no rstat kfunc.
+    // Facts user space reads from BTF: no CONFIG_SWAP, no rstat kfunc, no
+    // memcg flush kfunc (memcg's css is flushed with css_rstat_flush()
+    // then: nothing more is read).
     for (e, files) in [
         (
             Edit::Func {
@@ -152,6 +154,12 @@ fn loads_without_each_optional_fact() {
                 name: "css_rstat_flush",
             },
             &[StatFile::CpuStat][..],
+        ),
+        (
+            Edit::Func {
+                name: "bpf_mem_cgroup_flush_stats",
+            },
+            &[][..],
         ),
     ] {
         let Ok(raw) = edit(&raw, e) else {

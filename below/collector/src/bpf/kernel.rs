@@ -67,20 +67,39 @@ fn rcu_walk_in(btf: &KernelBtf) -> std::result::Result<(), &'static str> {
     }
 }
 
-const MEMCG_KFUNCS: [&str; 5] = [
+/// The memcg kfuncs memory.stat is read through.
+const MEMCG_KFUNCS: [&str; 4] = [
     "bpf_get_mem_cgroup",
     "bpf_put_mem_cgroup",
     "bpf_mem_cgroup_page_state",
     "bpf_mem_cgroup_vm_events",
-    "bpf_mem_cgroup_flush_stats",
 ];
 
-/// The memcg kfuncs the kernel's BTF lacks (memory.stat needs all).
+/// The flush a read of memory.stat does. Without it the program flushes
+/// the memcg's css with css_rstat_flush(), or a whole-cgroup rstat flush
+/// has flushed it.
+const MEMCG_FLUSH: &str = "bpf_mem_cgroup_flush_stats";
+
+/// The rstat flush kfuncs, the first the kernel has used: the
+/// whole-cgroup ones (6.x; bpf_cgroup_rstat_flush on some fleet kernels)
+/// flush every controller, the per-css one (7.x) the css it is given.
+const RSTAT_FLUSHES: [(&str, u32); 3] = [
+    ("bpf_cgroup_rstat_flush", KF_BPF_CGROUP_RSTAT_FLUSH),
+    ("cgroup_rstat_flush", KF_CGROUP_RSTAT_FLUSH),
+    ("css_rstat_flush", KF_CSS_RSTAT_FLUSH),
+];
+
+/// What memory.stat needs that the kernel's BTF lacks: memcg kfuncs, or
+/// any way to flush memcg (named by its own kfunc).
 fn lacking_memcg_kfuncs(btf: &KernelBtf) -> Vec<&'static str> {
-    MEMCG_KFUNCS
+    let mut lacking: Vec<&str> = MEMCG_KFUNCS
         .into_iter()
         .filter(|f| !btf.has_func(f))
-        .collect()
+        .collect();
+    if !btf.has_func(MEMCG_FLUSH) && !RSTAT_FLUSHES.iter().any(|(f, _)| btf.has_func(f)) {
+        lacking.push(MEMCG_FLUSH);
+    }
+    lacking
 }
 
 /// Controllers of `enum cgroup_subsys_id` that cgroup.controllers never
@@ -119,17 +138,17 @@ fn unknown_controllers<'a>(ids: impl Iterator<Item = &'a str>) -> Vec<&'a str> {
         .collect()
 }
 
-/// KF_* bits for the kfuncs the running kernel's BTF declares.
-fn kfuncs_in(btf: &KernelBtf) -> u32 {
-    let has = |name: &str| btf.has_func(name);
-    let mut bits = 0;
-    if has("css_rstat_flush") {
-        bits |= KF_CSS_RSTAT_FLUSH;
-    } else if has("cgroup_rstat_flush") {
-        bits |= KF_CGROUP_RSTAT_FLUSH;
-    }
-    if MEMCG_KFUNCS.iter().all(|f| has(f)) {
+/// KF_* bits for the kfuncs the running kernel's BTF declares, given
+/// what memory.stat lacks ([`lacking_memcg_kfuncs`]).
+fn kfuncs_in(btf: &KernelBtf, lacking_memcg: &[&str]) -> u32 {
+    let mut bits = (RSTAT_FLUSHES.iter())
+        .find(|(f, _)| btf.has_func(f))
+        .map_or(0, |&(_, bit)| bit);
+    if lacking_memcg.is_empty() {
         bits |= KF_MEMCG;
+    }
+    if btf.has_func(MEMCG_FLUSH) {
+        bits |= KF_MEMCG_FLUSH;
     }
     bits
 }
@@ -189,7 +208,9 @@ impl Kernel {
     /// where sysfs does not give the CPU or node ids.
     pub(crate) fn read(btf: &KernelBtf) -> Result<Self> {
         let has_numa_stat = btf.enum_values("numa_stat_item").is_some();
-        let config = LoadConfig::of_this_machine(kfuncs_in(btf), has_numa_stat, rcu_walk_in(btf))?;
+        let lacking_memcg_kfuncs = lacking_memcg_kfuncs(btf);
+        let kfuncs = kfuncs_in(btf, &lacking_memcg_kfuncs);
+        let config = LoadConfig::of_this_machine(kfuncs, has_numa_stat, rcu_walk_in(btf))?;
         let swap_files = match btf.has_func(SWAP_FUNC) {
             true => Ok(()),
             false => Err(anyhow!(
@@ -198,7 +219,7 @@ impl Kernel {
         };
         Ok(Kernel {
             config,
-            lacking_memcg_kfuncs: lacking_memcg_kfuncs(btf),
+            lacking_memcg_kfuncs,
             controllers: controllers_in(btf),
             swap_files,
         })

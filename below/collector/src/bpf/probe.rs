@@ -253,7 +253,9 @@ pub(crate) fn support(found: &Probed) -> Support {
         never(StatFile::MemoryNumaStat, why, &mut files);
     }
     if features & FEAT_CPU_FLUSH == 0 {
-        let why = NotServed::MissingKfunc("css_rstat_flush".to_owned());
+        let why = NotServed::MissingKfunc(
+            "css_rstat_flush (nor cgroup_rstat_flush, bpf_cgroup_rstat_flush)".to_owned(),
+        );
         never(StatFile::CpuStat, why, &mut files);
     }
     let pressure = [

@@ -62,8 +62,8 @@ fn full() -> Probed {
 }
 
 /// What BTF says of a kernel without the memcg kfuncs.
-const NO_MEMCG_KFUNCS: &str = "bpf_get_mem_cgroup, bpf_put_mem_cgroup, bpf_mem_cgroup_page_state, \
-     bpf_mem_cgroup_vm_events, bpf_mem_cgroup_flush_stats";
+const NO_MEMCG_KFUNCS: &str =
+    "bpf_get_mem_cgroup, bpf_put_mem_cgroup, bpf_mem_cgroup_page_state, bpf_mem_cgroup_vm_events";
 
 /// Without the memcg kfuncs (Debian 6.1, 6.12): the pass has no NUMA
 /// values either.
