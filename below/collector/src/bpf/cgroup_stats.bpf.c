@@ -529,9 +529,12 @@ static __always_inline struct record *next_record(void) {
 }
 
 /* The cgroup being visited, for the functions below that read it by
- * CO-RE (a global function's arguments cannot be kernel pointers).
- * Static, in a section of its own: libbpf makes a map mmapable only for
- * non-static variables, and a kernel pointer is not user space's to see. */
+ * CO-RE (a global function's arguments cannot be kernel pointers). A
+ * number to the verifier, so those read through it with probe reads
+ * (BPF_CORE_READ), never as a trusted pointer; the caller keeps the
+ * cgroup alive. Static, in a section of its own: libbpf makes a map
+ * mmapable only for non-static variables, and a kernel pointer is not user
+ * space's to see. */
 static __u64 visit_cgroup SEC(".data.visit");
 
 /* Every group of the record read by CO-RE (all but memory.stat's), of the

@@ -23,8 +23,8 @@
  * rust_bindgen_library), and lists the entries it needs by their enum
  * constants, which the compiler checks are the enum's, in its order, every
  * one (contract.rs). The header parses on its own (plain C integer
- * types), for bindgen. Every record field is u64-aligned
- * so both sides agree without packing rules.
+ * types), for bindgen. The record's fields are u64s, or u32s in pairs,
+ * so it has no padding and both sides agree without packing rules.
  */
 #ifndef CGROUP_STATS_H
 #define CGROUP_STATS_H
