@@ -578,6 +578,11 @@ static __always_inline void fill_record(struct record *r, struct cgroup *cgrp,
 static __u32 walk_seen SEC(".data.work");
 static __u32 walk_stored SEC(".data.work");
 
+/* Whether this read of the iterator visited anything: its last call, with
+ * nothing, comes with seq_num 0 both after a walk of one cgroup and after
+ * none, so seq_num cannot tell an empty pass. */
+static __u32 pass_began SEC(".data.work");
+
 /* The walk under RCU's first step, short so that RCU's grace periods are
  * not held up (a write to cgroup.procs waits for one while it holds
  * cgroup_mutex): the live cgroups under `root`, in pre-order, into
@@ -623,13 +628,16 @@ static __always_inline void list_cgroups(struct cgroup *root) {
   int name(struct bpf_iter__cgroup *ctx) {                                     \
     struct cgroup *cgrp = ctx->cgroup;                                         \
                                                                                \
-    /* No cgroup first: the walk root is gone, an empty pass. */               \
+    /* The last call; with no cgroup before it, the walk root is gone: an      \
+     * empty pass. */                                                          \
     if (!cgrp) {                                                               \
-      if (ctx->meta->seq_num == 0)                                             \
+      if (!pass_began)                                                         \
         pass.nr_cgroups = 0;                                                   \
+      pass_began = 0;                                                          \
       return 0;                                                                \
     }                                                                          \
     if (ctx->meta->seq_num == 0) {                                             \
+      pass_began = 1;                                                          \
       START();                                                                 \
       pass.nr_cgroups = 0;                                                     \
       flush_at_walk_root(cgrp);                                                \
@@ -663,8 +671,15 @@ static __always_inline void list_cgroups(struct cgroup *root) {
   int name##_rcu(struct bpf_iter__task *ctx) {                                 \
     struct cgroup *root;                                                       \
                                                                                \
-    if (!ctx->task)                                                            \
+    /* The last call; with no task before it, the thread hosting the pass is   \
+     * gone: an empty pass, not the last one's records again. */               \
+    if (!ctx->task) {                                                          \
+      if (!pass_began)                                                         \
+        pass.nr_cgroups = 0;                                                   \
+      pass_began = 0;                                                          \
       return 0;                                                                \
+    }                                                                          \
+    pass_began = 1;                                                            \
     START();                                                                   \
     pass.nr_cgroups = 0;                                                       \
     /* Removed since the load: an empty pass, as the iterator's. */            \

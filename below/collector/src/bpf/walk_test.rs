@@ -6,9 +6,12 @@
 
 use std::fs::File;
 use std::os::fd::AsFd;
+use std::os::unix::fs::MetadataExt;
 use std::time::Duration;
 use std::time::Instant;
 
+use bstats_testkit::Controllers;
+use bstats_testkit::Fixture;
 use libbpf_rs::CgroupIterOpts;
 use libbpf_rs::CgroupIterOrder;
 use libbpf_rs::IterOpts;
@@ -107,4 +110,37 @@ fn the_rcu_pass_runs_while_cgroup_mutex_is_held() {
         held_throughout,
         "the pass ended after cgroup_mutex was let go"
     );
+}
+
+/// A walk of one cgroup (a walk root with no children) is a pass of one
+/// record, in both forms and pass after pass: the iterator's last call
+/// comes with seq_num 0 after one cgroup as after none, and a pass that
+/// took it for an empty walk left the sample without its cgroup.
+#[test]
+fn a_walk_of_one_cgroup_is_one_record() {
+    if bstats_testkit::skip_unless_root("loads BPF") {
+        return;
+    }
+    let Ok(mount) = crate::find_cgroup2_mount() else {
+        println!("skipped: no cgroup2 mount");
+        return;
+    };
+    let fx = Fixture::new(&mount, "walk1", Controllers::Only(&[])).unwrap();
+    let leaf = File::open(fx.top()).unwrap();
+    let id = std::fs::metadata(fx.top()).unwrap().ino();
+    let kernel = Kernel::read(&KernelBtf::open(None).unwrap()).unwrap();
+    let mut configs = vec![kernel.config];
+    configs[0].rcu_walk = Err("tested as the cgroup iterator");
+    if kernel.config.rcu_walk.is_ok() {
+        configs.push(kernel.config);
+    }
+    for config in configs {
+        let mut loaded = Loaded::first(leaf.as_fd(), config, None).unwrap();
+        for _ in 0..2 {
+            let pass = loaded.run().unwrap();
+            let walk = loaded.walk();
+            assert_eq!(pass.cgroups, 1, "{walk}");
+            assert_eq!(loaded.records(1)[0].id, id, "{walk}");
+        }
+    }
 }
