@@ -2,8 +2,9 @@
 //! it (bstats.bpf.c), with their libbpf-rs skeletons, and generates the
 //! Rust of their headers with bindgen: cgroup_stats.h's record, enums and
 //! constants as below main's build.rs does (`cgroup_stats_h.rs`), and the
-//! fork's pressure, memory.numa_stat and pass modes (`cgroup_psi.h`,
-//! `cgroup_numa.h`, `cgroup_rank.h`: `bstats_h.rs`).
+//! fork's pressure, memory.numa_stat, names and pass modes
+//! (`cgroup_psi.h`, `cgroup_numa.h`, `cgroup_name.h`, `cgroup_rank.h`:
+//! `bstats_h.rs`).
 //!
 //! The BPF compiler and its flags: bstats-bpf-build.
 
@@ -12,9 +13,10 @@ use std::path::Path;
 use std::path::PathBuf;
 
 const HEADER: &str = "src/bpf/cgroup_stats.h";
-const FORK_HEADERS: [&str; 3] = [
+const FORK_HEADERS: [&str; 4] = [
     "src/bpf/cgroup_psi.h",
     "src/bpf/cgroup_numa.h",
+    "src/bpf/cgroup_name.h",
     "src/bpf/cgroup_rank.h",
 ];
 

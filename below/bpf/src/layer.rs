@@ -23,7 +23,7 @@
 //! - Shared memory: `MapView::<T>::new(&map)?` mmaps an array map (`get`, `slice`);
 //!   `read::<T>(bytes)` for a value in bytes. `T` is `Pod` (skeleton types: `unsafe impl`).
 //! - BTF: `KernelBtf::open(None)` checks it once: `has_func` (kfuncs), `enum_values`.
-//! - Decoding: `cputime_adjust`, `c_bytes`, `page_size`.
+//! - Decoding: `cputime_adjust`, `page_size`.
 
 use std::cell::RefCell;
 use std::ffi::CString;
@@ -501,16 +501,6 @@ pub fn cputime_adjust(rtime: u64, utime: u64, stime: u64, prev: (u64, u64)) -> (
         st = rtime - ut;
     }
     (ut, st)
-}
-
-/// The bytes of a NUL-terminated C char array before the NUL (`c_char`
-/// is i8 or u8 by target).
-pub fn c_bytes(chars: &[std::ffi::c_char]) -> Vec<u8> {
-    chars
-        .iter()
-        .map(|&c| c as u8)
-        .take_while(|&b| b != 0)
-        .collect()
 }
 
 /// The size of a page, for mappings and page counters.

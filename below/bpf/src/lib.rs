@@ -38,6 +38,16 @@ impl KernelBtf {
     }
 }
 
+/// The bytes of a NUL-terminated C char array before the NUL (`c_char`
+/// is i8 or u8 by target).
+pub fn c_bytes(chars: &[std::ffi::c_char]) -> Vec<u8> {
+    chars
+        .iter()
+        .map(|&c| c as u8)
+        .take_while(|&b| b != 0)
+        .collect()
+}
+
 /// A NUL-terminated C char array (a skeleton's `[i8; N]`) as a string,
 /// invalid UTF-8 replaced: for names shown, not for paths.
 pub fn c_string(chars: &[i8]) -> String {

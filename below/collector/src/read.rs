@@ -3,13 +3,16 @@
 //! Files are opened relative to a kept directory fd (`openat`) and read into
 //! one reused buffer; the parsers walk borrowed slices of it.
 
+use std::collections::HashMap;
 use std::ffi::CStr;
+use std::ffi::CString;
 use std::ffi::OsString;
 use std::io;
 use std::os::fd::AsFd;
 use std::os::fd::AsRawFd;
 use std::os::fd::BorrowedFd;
 use std::os::fd::OwnedFd;
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::ffi::OsStringExt;
 use std::path::Path;
 
@@ -17,7 +20,9 @@ use anyhow::Context;
 use anyhow::Result;
 use model::CgroupSample;
 use nix::errno::Errno;
+use nix::fcntl::AtFlags;
 use nix::fcntl::OFlag;
+use nix::sys::stat::fstatat;
 
 use crate::fd::inode_of;
 use crate::fd::open_at;
@@ -33,7 +38,7 @@ use crate::PressureLines;
 use crate::StatFile;
 
 pub(crate) fn open_root(root: &Path) -> Result<OwnedFd> {
-    let c = std::ffi::CString::new(root.as_os_str().as_encoded_bytes())
+    let c = CString::new(root.as_os_str().as_encoded_bytes())
         .with_context(|| format!("Invalid cgroup root {}", root.display()))?;
     open_dir_at(None, &c).with_context(|| format!("Failed to open cgroup root {}", root.display()))
 }
@@ -380,8 +385,41 @@ impl Walk<'_> {
     }
 }
 
+/// The child cgroups of the cgroup at `raw` under `root` (empty: the
+/// root), by id (their directory's inode number), for a tree whose names
+/// are not known; empty when it is gone.
+pub(crate) fn children_by_id(root: BorrowedFd, raw: &Path) -> HashMap<u64, OsString> {
+    let owned;
+    let dir = if raw.as_os_str().is_empty() {
+        root
+    } else {
+        let Ok(path) = CString::new(raw.as_os_str().as_bytes()) else {
+            return HashMap::new();
+        };
+        match open_dir_at(Some(root), &path) {
+            Ok(fd) => {
+                owned = fd;
+                owned.as_fd()
+            }
+            Err(_) => return HashMap::new(),
+        }
+    };
+    let children = subdirs(dir).unwrap_or_default();
+    (children.into_iter())
+        .filter_map(|child| {
+            let st = fstatat(
+                Some(dir.as_raw_fd()),
+                child.as_c_str(),
+                AtFlags::AT_SYMLINK_NOFOLLOW,
+            )
+            .ok()?;
+            Some((st.st_ino, OsString::from_vec(child.into_bytes())))
+        })
+        .collect()
+}
+
 /// Names of the subdirectories (child cgroups) of `dir`.
-fn subdirs(dir: BorrowedFd) -> nix::Result<Vec<std::ffi::CString>> {
+fn subdirs(dir: BorrowedFd) -> nix::Result<Vec<CString>> {
     let mut d = nix::dir::Dir::from(open_dir_at(Some(dir), c".")?)?;
     let mut out = Vec::new();
     for entry in d.iter() {

@@ -185,3 +185,32 @@ fn missing_root_is_an_error() {
     let e = Walker::new(Path::new("/nonexistent/cgroup")).err().unwrap();
     assert!(format!("{:#}", e).contains("/nonexistent/cgroup"));
 }
+
+/// Names by id come from the cgroup's own directory listing: its child
+/// directories only, names kept as bytes, nothing for a cgroup gone.
+#[test]
+fn children_by_id_lists_child_directories() {
+    use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::fs::MetadataExt;
+
+    let dir = tempfile::tempdir().unwrap();
+    let odd = std::ffi::OsStr::from_bytes(b"caf\xe9");
+    for d in [Path::new("a/x"), Path::new(odd)] {
+        fs::create_dir_all(dir.path().join(d)).unwrap();
+    }
+    fs::write(dir.path().join("cgroup.procs"), "").unwrap();
+    let ino = |p: &Path| fs::metadata(dir.path().join(p)).unwrap().ino();
+    let root = open_root(dir.path()).unwrap();
+    let top = children_by_id(root.as_fd(), Path::new(""));
+    let want = [
+        (ino(Path::new("a")), "a".into()),
+        (ino(Path::new(odd)), odd.to_owned()),
+    ];
+    assert_eq!(top, want.into_iter().collect());
+    let under_a = children_by_id(root.as_fd(), Path::new("a"));
+    assert_eq!(
+        under_a,
+        [(ino(Path::new("a/x")), "x".into())].into_iter().collect()
+    );
+    assert!(children_by_id(root.as_fd(), Path::new("gone")).is_empty());
+}

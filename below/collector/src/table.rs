@@ -145,6 +145,11 @@ impl Table {
             .then_some(row.pos)
     }
 
+    /// Whether cgroup `id` has a row (seen at some sample, its name known).
+    pub(crate) fn learnt(&self, id: u64) -> bool {
+        self.rows.contains_key(&id)
+    }
+
     /// Whether cgroup `id` was seen by the last index (top-N may have left
     /// it out since).
     pub(crate) fn knows(&self, id: u64) -> bool {

@@ -12,8 +12,9 @@
  * records of the cgroups user space wants (map `wanted`: the last sample's top
  * N, usually this one's too), and of the others the groups in `rank_groups`
  * (the ranked value) and, if the slot holds another cgroup than at the last
- * pass, id, parent_id, level and name; WANTED in full the wanted records,
- * no others, setting `moved` when a wanted slot holds another cgroup. */
+ * pass, id, parent_id, level and name (map `names`); WANTED in full the wanted
+ * records, no others, setting `moved` when a wanted slot holds another cgroup.
+ */
 #define PASS_FULL 0
 #define PASS_RANK 1
 #define PASS_WANTED 2

@@ -246,8 +246,6 @@ static __always_inline struct cgroup *fill_place(struct record *r,
   r->id = BPF_CORE_READ(cgrp, kn, id);
   r->parent_id = parent ? BPF_CORE_READ(parent, kn, id) : 0;
   r->level = BPF_CORE_READ(cgrp, level);
-  bpf_probe_read_kernel_str(r->name, sizeof(r->name),
-                            BPF_CORE_READ(cgrp, kn, name));
   return parent;
 }
 

@@ -249,7 +249,6 @@ struct record {
   unsigned long long cpus_effective[CPU_WORDS];
   unsigned long long mems;
   unsigned long long mems_effective;
-  char name[256];
 };
 
 #endif

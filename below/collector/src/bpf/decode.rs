@@ -18,8 +18,6 @@
 
 use std::collections::BTreeSet;
 use std::collections::HashMap;
-use std::ffi::OsString;
-use std::os::unix::ffi::OsStringExt;
 
 use cgroupfs::CgroupStat;
 use cgroupfs::CpuMax;
@@ -196,12 +194,6 @@ pub(crate) fn bits(words: &[u64], limit: usize) -> BTreeSet<u32> {
         .filter(|&b| words[b / 64] & (1 << (b % 64)) != 0)
         .map(|b| b as u32)
         .collect()
-}
-
-/// The record's name, its bytes as the directory's (any but '/' and NUL,
-/// not always UTF-8): the kernel NUL-terminates it within the array.
-pub(crate) fn name(r: &Record) -> OsString {
-    OsString::from_vec(layer::c_bytes(&r.name))
 }
 
 #[cfg(test)]

@@ -44,6 +44,8 @@ mod decode;
 #[cfg(test)]
 mod facts_test;
 mod fill;
+#[cfg(test)]
+mod index_test;
 mod kernel;
 #[cfg(test)]
 mod kernel_test;
@@ -68,6 +70,7 @@ mod walk_test;
 
 use std::collections::HashMap;
 use std::ffi::OsString;
+use std::os::fd::BorrowedFd;
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -75,7 +78,6 @@ use anyhow::Result;
 /// The BPF layer (a module of its own where this code is part of below).
 use bstats_bpf as layer;
 
-use self::contract::Record;
 use self::decode::Decoder;
 use self::decode::PrevCputime;
 use self::load::Pass;
@@ -85,6 +87,7 @@ use self::program::Program;
 use self::protocol::Rank;
 use self::protocol::Rows;
 use self::protocol::TreeIndex;
+use crate::read;
 use crate::read::RootText;
 use crate::read::Walker;
 use crate::table::Table;
@@ -109,6 +112,8 @@ pub(crate) struct BpfBackend {
 struct Indexed<'a> {
     table: &'a mut Table,
     records: &'a mut Vec<usize>,
+    /// The cgroup root, where names are looked up when the pass has none.
+    root: BorrowedFd<'a>,
 }
 
 impl BpfBackend {
@@ -188,6 +193,7 @@ impl BpfBackend {
         let mut ix = Indexed {
             table,
             records: &mut self.records,
+            root: walker.root_fd(),
         };
         let sampled = protocol::sample(&mut program, &mut ix, rank)?;
         let time = Elapsed {
@@ -240,11 +246,15 @@ impl BpfBackend {
 impl TreeIndex for Indexed<'_> {
     /// Indexes a pass's records: the visible cgroups (not filtered,
     /// parent visible) in pre-order, each one's parent, and what is known
-    /// of each (learnt the first time its id is seen).
-    fn index(&mut self, records: &[Record]) {
+    /// of each (learnt the first time its id is seen: its name from the
+    /// pass, else from its parent's directory).
+    fn index(&mut self, rows: Rows) {
         self.table.begin();
         self.records.clear();
-        for (i, r) in records.iter().enumerate() {
+        // Without names from the pass: the children of each parent (by
+        // position) with a cgroup new to the table, listed once.
+        let mut listed: HashMap<usize, HashMap<u64, OsString>> = HashMap::new();
+        for (i, r) in rows.records.iter().enumerate() {
             let parent = if i == 0 {
                 None
             } else {
@@ -254,11 +264,25 @@ impl TreeIndex for Indexed<'_> {
                     None => continue,
                 }
             };
-            let name = || match parent {
-                Some(_) => decode::name(r),
-                None => OsString::new(),
+            let name = match (parent, rows.names.get(i)) {
+                (None, _) => None,
+                (Some(_), Some(n)) => Some(program::name(n)),
+                (Some(_), None) if self.table.learnt(r.id) => None,
+                (Some(p), None) => {
+                    let children = listed
+                        .entry(p)
+                        .or_insert_with(|| read::children_by_id(self.root, &self.table.row(p).raw));
+                    // Gone since the pass: skipped, with its subtree.
+                    let Some(name) = children.remove(&r.id) else {
+                        continue;
+                    };
+                    Some(name)
+                }
             };
-            if self.table.visit(r.id, parent, name).is_some() {
+            if (self.table)
+                .visit(r.id, parent, || name.unwrap_or_default())
+                .is_some()
+            {
                 self.records.push(i);
             }
         }

@@ -1,12 +1,15 @@
 //! The fork's program, bstats.bpf.c: below main's cgroup_stats with the
 //! fork's pressure (cgroup_psi.bpf.c, [`super::psi`]), memory.numa_stat
-//! (cgroup_numa.bpf.c, [`super::numa`]) and the top-N pass modes of
-//! cgroup_rank.h, loaded through the core's loader ([`Loaded::prepare`],
+//! (cgroup_numa.bpf.c, [`super::numa`]), the cgroups' names
+//! (cgroup_name.h) and the top-N pass modes of cgroup_rank.h, loaded through the core's loader ([`Loaded::prepare`],
 //! [`Loaded::attach`]). Where it does not load, the backend runs below
 //! main's program alone ([`Program::Core`]): pressure and numa_stat are
-//! read as text then, and ranking done over the samples.
+//! read as text then, names found by listing the parent's directory, and
+//! ranking done over the samples.
 
+use std::ffi::OsString;
 use std::os::fd::BorrowedFd;
+use std::os::unix::ffi::OsStringExt;
 use std::path::Path;
 use std::path::PathBuf;
 
@@ -42,11 +45,12 @@ pub(crate) mod skel {
 }
 
 /// bindgen of the fork's headers (build.rs): cgroup_psi.h (see psi.rs),
-/// cgroup_numa.h (numa.rs) and cgroup_rank.h, PASS_*.
+/// cgroup_numa.h (numa.rs), cgroup_name.h and cgroup_rank.h, PASS_*.
 #[allow(non_camel_case_types, non_upper_case_globals, dead_code, clippy::all)]
 pub(crate) mod fork_h {
     include!(concat!(env!("OUT_DIR"), "/bstats_h.rs"));
 }
+pub(crate) use fork_h::cgroup_name as CgroupName;
 pub(crate) use fork_h::PASS_FULL;
 pub(crate) use fork_h::PASS_RANK;
 pub(crate) use fork_h::PASS_WANTED;
@@ -82,6 +86,14 @@ unsafe impl Pod for DataNuma {}
 unsafe impl Pod for RodataNuma {}
 // SAFETY: as above.
 unsafe impl Pod for NumaRow {}
+// SAFETY: as above.
+unsafe impl Pod for CgroupName {}
+
+/// A name map entry as the directory's name: its bytes (any but '/' and
+/// NUL, not always UTF-8) before the NUL the kernel ends it with.
+pub(crate) fn name(n: &CgroupName) -> OsString {
+    OsString::from_vec(layer::c_bytes(&n.name))
+}
 
 /// What the fork's program is loaded with: below main's program's
 /// config, and how memory.numa_stat is read (None: left to the files).
@@ -101,6 +113,8 @@ pub(crate) struct ForkLoaded {
     control: MapHandle,
     /// A row per record slot (map `pressure`).
     pressure: MapView<PressureRow>,
+    /// A name per record slot (map `names`).
+    names: MapView<CgroupName>,
     psi: MapView<DataPsi>,
     numa: Option<Numa>,
     /// `numa.nodes` rows per record slot (map `numa`).
@@ -143,7 +157,7 @@ impl ForkLoaded {
         config: &ForkConfig,
     ) -> Result<()> {
         Loaded::prepare(open, prog, root, capacity, &config.core)?;
-        for map in ["wanted", "pressure"] {
+        for map in ["wanted", "pressure", "names"] {
             layer::open_map(open, map)?
                 .set_max_entries(capacity)
                 .with_context(|| format!("Failed to size the {map} map"))?;
@@ -177,6 +191,7 @@ impl ForkLoaded {
         let wanted = MapHandle::try_from(&layer::map(&object, "wanted")?)?;
         let control = MapHandle::try_from(&layer::map(&object, ".data.rank")?)?;
         let pressure = MapView::new(&layer::map(&object, "pressure")?)?;
+        let names = MapView::new(&layer::map(&object, "names")?)?;
         let psi = MapView::new(&layer::map(&object, ".data.psi")?)?;
         let numa_rows = MapView::new(&layer::map(&object, "numa")?)?;
         let numa_pass = MapView::new(&layer::map(&object, ".data.numa")?)?;
@@ -186,6 +201,7 @@ impl ForkLoaded {
             wanted,
             control,
             pressure,
+            names,
             psi,
             numa: config.numa,
             numa_rows,
@@ -244,6 +260,12 @@ impl ForkLoaded {
         // SAFETY: the kernel wrote them during the last run, and no run
         // happens while the slice (borrowing self) is alive.
         unsafe { self.pressure.slice(n as usize) }
+    }
+
+    /// The names of the first `n` records' cgroups.
+    fn names(&self, n: u32) -> &[CgroupName] {
+        // SAFETY: as in `pressure`.
+        unsafe { self.names.slice(n as usize) }
     }
 }
 
@@ -304,13 +326,20 @@ impl Program {
         }
     }
 
-    /// The first `n` records of the last pass, and their pressure rows.
+    /// The first `n` records of the last pass, their pressure rows and
+    /// names.
     pub(crate) fn rows(&self, n: u32) -> Rows<'_> {
-        Rows {
-            records: self.loaded().records(n),
-            pressure: match self {
-                Program::Core(_) => &[],
-                Program::Fork(f) => f.pressure(n),
+        let records = self.loaded().records(n);
+        match self {
+            Program::Core(_) => Rows {
+                records,
+                pressure: &[],
+                names: &[],
+            },
+            Program::Fork(f) => Rows {
+                records,
+                pressure: f.pressure(n),
+                names: f.names(n),
             },
         }
     }

@@ -15,6 +15,7 @@ use anyhow::Result;
 
 use super::contract::Record;
 use super::load::Pass;
+use super::program::CgroupName;
 use super::program::PASS_FULL;
 use super::program::PASS_RANK;
 use super::program::PASS_WANTED;
@@ -29,12 +30,13 @@ pub(crate) enum Slots {
     Moved,
 }
 
-/// A pass's records and their pressure rows (none: the program has no
-/// pressure).
+/// A pass's records, their pressure rows and their cgroups' names (none:
+/// the program has no pressure, no names).
 #[derive(Clone, Copy)]
 pub(crate) struct Rows<'a> {
     pub(crate) records: &'a [Record],
     pub(crate) pressure: &'a [PressureRow],
+    pub(crate) names: &'a [CgroupName],
 }
 
 /// Runs passes and lends their records.
@@ -43,7 +45,7 @@ pub(crate) trait Passes {
     /// pass reads) over every cgroup: the records grow to hold them (the
     /// wanted marks are lost then).
     fn run_all(&mut self, mode: u32, rank_groups: u32) -> Result<(Pass, Slots)>;
-    /// The first `n` records, and their pressure rows.
+    /// The first `n` records, their pressure rows and names.
     fn rows(&self, n: u32) -> Rows<'_>;
     /// Per record slot, the id of the cgroup wanted in full there (0: none)
     /// as last set; fewer slots, or none since the records grew.
@@ -55,7 +57,7 @@ pub(crate) trait Passes {
 /// The cgroups a sample shows, by record index, learnt anew after each
 /// pass that may have moved them.
 pub(crate) trait TreeIndex {
-    fn index(&mut self, records: &[Record]);
+    fn index(&mut self, rows: Rows);
     /// Record index of each visible cgroup, in pre-order.
     fn visible(&self) -> &[usize];
 }
@@ -85,12 +87,12 @@ pub(crate) fn sample<P: Passes, V: TreeIndex>(
 ) -> Result<Sampled> {
     let Some(rank) = rank else {
         let (pass, _) = p.run_all(PASS_FULL, 0)?;
-        view.index(p.rows(pass.cgroups).records);
+        view.index(p.rows(pass.cgroups));
         return Ok(Sampled { pass, keep: None });
     };
     let (mut pass, _) = p.run_all(PASS_RANK, rank.groups)?;
     let n = pass.cgroups;
-    view.index(p.rows(n).records);
+    view.index(p.rows(n));
     let mut keep = (rank.choose)(view, p.rows(n), &pass);
     let records = p.rows(n).records;
     let mut wanted = vec![0; records.len()];
@@ -114,8 +116,9 @@ pub(crate) fn sample<P: Passes, V: TreeIndex>(
     (pass, slots) = p.run_all(PASS_WANTED, 0)?;
     if slots == Slots::Moved || pass.cgroups != n {
         (pass, _) = p.run_all(PASS_FULL, 0)?;
-        let records = p.rows(pass.cgroups).records;
-        view.index(records);
+        let rows = p.rows(pass.cgroups);
+        view.index(rows);
+        let records = rows.records;
         keep = (view.visible().iter())
             .map(|&i| kept.contains(&records[i].id))
             .collect();

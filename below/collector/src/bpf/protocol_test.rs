@@ -113,6 +113,7 @@ impl Passes for Model {
         Rows {
             records: self.records(n),
             pressure: &[],
+            names: &[],
         }
     }
 
@@ -132,8 +133,8 @@ impl Passes for Model {
 struct All(Vec<usize>);
 
 impl TreeIndex for All {
-    fn index(&mut self, records: &[Record]) {
-        self.0 = (0..records.len()).collect();
+    fn index(&mut self, rows: Rows) {
+        self.0 = (0..rows.records.len()).collect();
     }
 
     fn visible(&self) -> &[usize] {

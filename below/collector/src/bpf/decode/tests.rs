@@ -180,24 +180,6 @@ fn cputime_stays_monotonic_across_samples() {
 }
 
 #[test]
-fn names_stop_at_nul() {
-    let mut r = Record::default();
-    for (d, c) in r.name.iter_mut().zip(b"web.slice\0junk") {
-        *d = *c as _;
-    }
-    assert_eq!(name(&r), "web.slice");
-}
-
-#[test]
-fn names_keep_bytes_that_are_not_utf8() {
-    let mut r = Record::default();
-    for (d, c) in r.name.iter_mut().zip(b"caf\xe9\0") {
-        *d = *c as _;
-    }
-    assert_eq!(name(&r).into_vec(), b"caf\xe9");
-}
-
-#[test]
 fn converts_kernel_encodings() {
     assert_eq!(cpu_weight(1024 << 10), 100);
     assert_eq!(cpu_weight(10240 << 10), 1000);
