@@ -16,7 +16,8 @@
 //!
 //! - Load: `load(NAME, ELF, None, |open| { open_map(open, "m")?.set_max_entries(n)?;
 //!   set_data(open, ".rodata", |r: &mut Rodata| r.x = 1) })` gives an owned libbpf_rs
-//!   `Object`; a failure says why (the verifier's verdict, a failed CO-RE relocation, else libbpf's error).
+//!   `Object`; a failure says why (the verifier's verdict, a failed CO-RE relocation, else libbpf's
+//!   error, its warnings going to libbpf's print callback).
 //! - Programs and maps by name: `prog(&obj, "p")?.attach()`, `map(&obj, "m")`, `map(&obj, ".bss")`.
 //! - Iterator: `run_iter(&link, &mut out)` runs one pass to its end (`out`: what it printed);
 //!   `attach_task_iter(&prog, tid)` attaches a task iterator to one thread.
@@ -25,7 +26,6 @@
 //! - BTF: `KernelBtf::open(None)` checks it once: `has_func` (kfuncs), `enum_values`.
 //! - Decoding: `cputime_adjust`, `page_size`.
 
-use std::cell::RefCell;
 use std::ffi::CString;
 use std::io::ErrorKind;
 use std::io::Read;
@@ -34,9 +34,6 @@ use std::os::fd::AsRawFd;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::ptr::NonNull;
-use std::sync::Mutex;
-use std::sync::MutexGuard;
-use std::sync::PoisonError;
 
 use anyhow::bail;
 use anyhow::Context;
@@ -52,8 +49,6 @@ use libbpf_rs::MapCore;
 use libbpf_rs::Object;
 use libbpf_rs::OpenMapMut;
 use libbpf_rs::OpenObject;
-use libbpf_rs::PrintCallback;
-use libbpf_rs::PrintLevel;
 use libbpf_rs::ProgramMut;
 
 /// Plain data shared with a BPF program: `#[repr(C)]`, every bit pattern
@@ -97,114 +92,27 @@ pub fn load(
         .transpose()
         .context("BTF path with a NUL byte")?;
     let mut log = vec![0u8; LOG_SIZE];
-    let (loaded, said) =
-        libbpf_says(|| open_and_load(&name, elf, btf.as_deref(), &mut log, &mut setup));
-    let e = match loaded {
+    let e = match open_and_load(&name, elf, btf.as_deref(), &mut log, &mut setup) {
         Ok(obj) => return Ok(obj),
         Err(Failure::Setup(e)) => return Err(e),
         Err(Failure::Libbpf(e)) => e,
     };
     let len = log.iter().position(|&b| b == 0).unwrap_or(LOG_SIZE);
     let log = String::from_utf8_lossy(&log[..len]);
-    // libbpf's error stays in the chain for callers to match. Else
-    // libbpf's warnings, cause first ("failed to parse target BTF" /
-    // "failed to perform CO-RE relocations").
+    // libbpf's error stays in the chain for callers to match; where the
+    // verifier did not run, libbpf's warnings (its print callback) say why.
     let why = match verifier_verdict(&log) {
         Some(verdict) => Some(verdict),
         None if len + 1 >= LOG_SIZE => Some(format!(
             "the verifier's log did not fit in {} MiB",
             LOG_SIZE >> 20
         )),
-        None => (!said.is_empty()).then(|| said.join(" / ")),
+        None => None,
     };
     Err(match why {
         Some(why) => anyhow::Error::new(e).context(why),
         None => anyhow::Error::new(e),
     })
-}
-
-thread_local! {
-    /// libbpf's warnings during a load on this thread; None outside one.
-    static SAID: RefCell<Option<Vec<String>>> = const { RefCell::new(None) };
-}
-
-/// Loads under way, on any thread.
-static LOADS: Mutex<usize> = Mutex::new(0);
-/// libbpf's print callback from before the first of them, put back when
-/// the last one ends. A lock of its own: libbpf-rs calls a callback with
-/// its own lock held, which `set_print` takes, so the callback must not
-/// wait for LOADS, which is held around `set_print`.
-static BEFORE: Mutex<Option<(PrintLevel, PrintCallback)>> = Mutex::new(None);
-
-fn lock<T>(m: &'static Mutex<T>) -> MutexGuard<'static, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-/// Runs `f` with libbpf's warnings on this thread kept, not printed: a
-/// failed load's error carries them (the loaders fall back and say why,
-/// so a user without the right to load BPF sees one reason, not libbpf's
-/// lines on stderr), a load that succeeds drops them. libbpf's callback is
-/// ours only while a load runs; all else goes to the one it had.
-fn libbpf_says<T>(f: impl FnOnce() -> T) -> (T, Vec<String>) {
-    let _borrowed = Borrowed::new();
-    SAID.with(|s| *s.borrow_mut() = Some(Vec::new()));
-    let out = f();
-    let said = SAID.with(|s| s.borrow_mut().take()).unwrap_or_default();
-    (out, said)
-}
-
-/// libbpf's print callback borrowed for one load: ours from the first
-/// load under way to the last, put back on drop (a panicking load too)
-/// unless the process set another meanwhile, which stays.
-struct Borrowed;
-
-impl Borrowed {
-    fn new() -> Self {
-        let mut loads = lock(&LOADS);
-        if *loads == 0 {
-            *lock(&BEFORE) = libbpf_rs::get_print();
-            libbpf_rs::set_print(Some((PrintLevel::Debug, keep_or_pass_on)));
-        }
-        *loads += 1;
-        Borrowed
-    }
-}
-
-impl Drop for Borrowed {
-    fn drop(&mut self) {
-        SAID.with(|s| s.borrow_mut().take());
-        let mut loads = lock(&LOADS);
-        *loads -= 1;
-        let ours = libbpf_rs::get_print()
-            .is_some_and(|(_, cb)| std::ptr::fn_addr_eq(cb, keep_or_pass_on as PrintCallback));
-        if *loads == 0 && ours {
-            // Copied, not taken: a callback under way may still read it.
-            let before = *lock(&BEFORE);
-            libbpf_rs::set_print(before);
-        }
-    }
-}
-
-/// libbpf's print callback during loads: a loading thread's warnings are
-/// kept; the rest goes to the callback from before, at its level.
-fn keep_or_pass_on(level: PrintLevel, msg: String) {
-    let kept = level == PrintLevel::Warn
-        && SAID.with(|s| match s.borrow_mut().as_mut() {
-            Some(said) => {
-                let m = msg.trim_end();
-                said.push(m.strip_prefix("libbpf: ").unwrap_or(m).to_owned());
-                true
-            }
-            None => false,
-        });
-    if kept {
-        return;
-    }
-    let before = *lock(&BEFORE);
-    match before {
-        Some((max, callback)) if level <= max => callback(level, msg),
-        _ => {}
-    }
 }
 
 enum Failure {
@@ -278,16 +186,16 @@ pub fn set_data<T: Pod>(
         .initial_value_mut()
         .with_context(|| format!("the BPF object's {section} has no data"))?;
     // The skeleton's type holds the section's globals, padded to its
-    // alignment, which the section is not; statics (a printf's format)
-    // may follow them.
-    if bytes.len() + align_of::<T>() <= size_of::<T>() {
+    // alignment, which the section is not: any other size is another
+    // layout (a global added on one side only).
+    if bytes.len() > size_of::<T>() || bytes.len() + align_of::<T>() <= size_of::<T>() {
         bail!(
             "{section} size mismatch: BPF {} bytes, Rust {}",
             bytes.len(),
             size_of::<T>()
         );
     }
-    let n = bytes.len().min(size_of::<T>());
+    let n = bytes.len();
     let mut padded = vec![0u8; size_of::<T>()];
     padded[..n].copy_from_slice(&bytes[..n]);
     let mut value = read::<T>(&padded).context("checked size")?;
@@ -410,7 +318,8 @@ impl<T: Pod> MapView<T> {
         })
     }
 
-    /// A copy of entry `i`, read as a whole (the program may be writing).
+    /// A copy of entry `i`: a volatile read, not an atomic one, so read
+    /// it when no program writes it (after a pass).
     pub fn get(&self, i: usize) -> T {
         assert!(i < self.entries, "entry {i} of {}", self.entries);
         // SAFETY: within the mapping; T is Pod.

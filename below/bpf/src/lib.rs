@@ -1,7 +1,8 @@
 //! The one BPF layer of our programs: `layer`'s items (carried into
 //! below main's cgroupfs as its module `layer`, so only what its reader
-//! uses), and here what only our crates use: a tracepoint probe, names as
-//! strings, CPU clocks and what the kernel says of a loaded program.
+//! uses), and here what only our crates use: libbpf's warnings kept for a
+//! failed load's error, a tracepoint probe, names as strings, CPU clocks
+//! and what the kernel says of a loaded program.
 
 use std::ffi::OsStr;
 use std::os::fd::AsFd;
@@ -16,8 +17,22 @@ use libbpf_rs::libbpf_sys;
 use libbpf_rs::ProgramMut;
 
 pub use self::layer::*;
+use self::says::libbpf_says;
 
 mod layer;
+mod says;
+
+/// [`layer::load`] with libbpf's warnings kept for its error, not printed
+/// ([`says`]). Named like it so that it shadows the glob re-export: every
+/// load of ours goes through it, the shared code's `layer::load` included.
+pub fn load(
+    name: &str,
+    elf: &'static [u8],
+    btf: Option<&std::path::Path>,
+    setup: impl FnMut(&mut libbpf_rs::OpenObject) -> Result<()>,
+) -> Result<libbpf_rs::Object> {
+    libbpf_says(|| layer::load(name, elf, btf, setup))
+}
 
 impl KernelBtf {
     /// Whether a typedef (a tracepoint's `btf_trace_<name>`) is in the BTF.

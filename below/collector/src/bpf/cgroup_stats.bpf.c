@@ -24,7 +24,7 @@
  *   cgroup to the last: every mkdir, rmdir and migration on the host
  *   waits for the whole pass.
  * - `cgroup_stats_rcu`: a sleepable task iterator over one task (the
- *   loader's thread), which only hosts the pass: it flushes outside any
+ *   process's main thread), which only hosts the pass: it flushes outside any
  *   lock, as a read of cpu.stat does, lists the cgroups' ids with the css
  *   iterator kfuncs under RCU (briefly: a write to cgroup.procs holding
  *   cgroup_mutex waits for RCU's grace period), then visits each by id
@@ -268,14 +268,25 @@ static __always_inline void fill_tree(struct record *r, struct cgroup *cgrp) {
   r->controllers = control;
 }
 
+/* Empty with CONFIG_VIRT_CPU_ACCOUNTING_NATIVE, where cpu.stat shows
+ * bstat's utime and stime as they are (no cputime_adjust() scaling). */
+struct prev_cputime___local {
+  __u64 utime;
+  __u64 stime;
+} __attribute__((preserve_access_index));
+
 static __always_inline void fill_cpu(struct record *r, struct cgroup *cgrp) {
+  struct prev_cputime___local *prev = (void *)&cgrp->prev_cputime;
   struct task_group___local *tg;
 
   r->usage_ns = BPF_CORE_READ(cgrp, bstat.cputime.sum_exec_runtime);
   r->utime_ns = BPF_CORE_READ(cgrp, bstat.cputime.utime);
   r->stime_ns = BPF_CORE_READ(cgrp, bstat.cputime.stime);
-  r->prev_utime_ns = BPF_CORE_READ(cgrp, prev_cputime.utime);
-  r->prev_stime_ns = BPF_CORE_READ(cgrp, prev_cputime.stime);
+  r->prev_utime_ns = r->prev_stime_ns = ABSENT;
+  if (bpf_core_field_exists(prev->utime)) {
+    r->prev_utime_ns = BPF_CORE_READ(prev, utime);
+    r->prev_stime_ns = BPF_CORE_READ(prev, stime);
+  }
   r->flags |= HAS_BSTAT;
 
   tg = OWN_CSS(cgrp, cpu);

@@ -146,16 +146,22 @@ fn filled<T: Default>(fill: fn(&mut T, &[u64]), slots: &[u64]) -> T {
 }
 
 pub(crate) fn cpu_stat(r: &Record, prev: &mut PrevCputime) -> CpuStat {
-    // Start from the newer of the kernel's prev_cputime (moved by text
-    // readers) and ours, as the text would.
-    let kernel = (r.prev_utime_ns, r.prev_stime_ns);
-    let ours = prev.entry(r.id).or_insert(kernel);
-    let start = match *ours {
-        o if o.0 + o.1 > kernel.0 + kernel.1 => o,
-        _ => kernel,
+    let (utime, stime) = if r.prev_utime_ns == ABSENT {
+        // No prev_cputime (CONFIG_VIRT_CPU_ACCOUNTING_NATIVE): the file
+        // shows the times unscaled.
+        (r.utime_ns, r.stime_ns)
+    } else {
+        // Start from the newer of the kernel's prev_cputime (moved by text
+        // readers) and ours, as the text would.
+        let kernel = (r.prev_utime_ns, r.prev_stime_ns);
+        let ours = prev.entry(r.id).or_insert(kernel);
+        let start = match *ours {
+            o if o.0 + o.1 > kernel.0 + kernel.1 => o,
+            _ => kernel,
+        };
+        *ours = cputime_adjust(r.usage_ns, r.utime_ns, r.stime_ns, start);
+        *ours
     };
-    let (utime, stime) = cputime_adjust(r.usage_ns, r.utime_ns, r.stime_ns, start);
-    *ours = (utime, stime);
     let extra = |v: u64| (r.flags & HAS_CPU != 0 && v != ABSENT).then_some(v);
     CpuStat {
         usage_usec: Some(r.usage_ns / 1000),

@@ -154,15 +154,15 @@ fn kfuncs_in(btf: &KernelBtf, lacking_memcg: &[&str]) -> u32 {
 }
 
 impl LoadConfig {
-    /// `has_numa_stat`: the kernel has CONFIG_NUMA, and so the node list.
+    /// `numa`: the kernel has CONFIG_NUMA, and so the node list.
     fn of_this_machine(
         kfuncs: u32,
-        has_numa_stat: bool,
+        numa: bool,
         rcu_walk: std::result::Result<(), &'static str>,
     ) -> Result<Self> {
         Ok(LoadConfig {
             cpus: count_ids("/sys/devices/system/cpu/possible")?,
-            nodes: match has_numa_stat {
+            nodes: match numa {
                 true => count_ids("/sys/devices/system/node/possible")?,
                 false => 1,
             },
@@ -207,10 +207,10 @@ impl Kernel {
     /// What the kernel's BTF (or a file standing for it) says; an error
     /// where sysfs does not give the CPU or node ids.
     pub(crate) fn read(btf: &KernelBtf) -> Result<Self> {
-        let has_numa_stat = btf.enum_values("numa_stat_item").is_some();
+        let numa = btf.enum_values("numa_stat_item").is_some();
         let lacking_memcg_kfuncs = lacking_memcg_kfuncs(btf);
         let kfuncs = kfuncs_in(btf, &lacking_memcg_kfuncs);
-        let config = LoadConfig::of_this_machine(kfuncs, has_numa_stat, rcu_walk_in(btf))?;
+        let config = LoadConfig::of_this_machine(kfuncs, numa, rcu_walk_in(btf))?;
         let swap_files = match btf.has_func(SWAP_FUNC) {
             true => Ok(()),
             false => Err(anyhow!(

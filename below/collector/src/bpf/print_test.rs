@@ -1,4 +1,4 @@
-//! libbpf's print callback while loads run: the layer swaps its own in
+//! libbpf's print callback while loads run: bstats_bpf::load swaps its own in
 //! during a load and passes on what it does not keep. Loads finish while
 //! another thread makes libbpf print (libbpf-rs calls a callback holding
 //! the lock `set_print` takes, so ours must not wait for a lock held

@@ -166,6 +166,20 @@ fn absent_values_are_none() {
 }
 
 #[test]
+fn cputime_is_unscaled_without_prev_cputime() {
+    let mut prev = PrevCputime::new();
+    let mut r = full();
+    r.usage_ns = 5_000_000;
+    r.utime_ns = 3_000_000;
+    r.stime_ns = 1_500_000;
+    r.prev_utime_ns = ABSENT;
+    r.prev_stime_ns = ABSENT;
+    let cpu = cpu_stat(&r, &mut prev);
+    assert_eq!((cpu.user_usec, cpu.system_usec), (Some(3000), Some(1500)));
+    assert!(prev.is_empty());
+}
+
+#[test]
 fn cputime_stays_monotonic_across_samples() {
     let mut prev = PrevCputime::new();
     let mut r = full();
