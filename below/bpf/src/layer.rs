@@ -186,16 +186,16 @@ pub fn set_data<T: Pod>(
         .initial_value_mut()
         .with_context(|| format!("the BPF object's {section} has no data"))?;
     // The skeleton's type holds the section's globals, padded to its
-    // alignment, which the section is not: any other size is another
-    // layout (a global added on one side only).
-    if bytes.len() > size_of::<T>() || bytes.len() + align_of::<T>() <= size_of::<T>() {
+    // alignment, which the section is not; statics (a printf's format)
+    // may follow them.
+    if bytes.len() + align_of::<T>() <= size_of::<T>() {
         bail!(
             "{section} size mismatch: BPF {} bytes, Rust {}",
             bytes.len(),
             size_of::<T>()
         );
     }
-    let n = bytes.len();
+    let n = bytes.len().min(size_of::<T>());
     let mut padded = vec![0u8; size_of::<T>()];
     padded[..n].copy_from_slice(&bytes[..n]);
     let mut value = read::<T>(&padded).context("checked size")?;
