@@ -101,14 +101,10 @@ pub fn load(
     let log = String::from_utf8_lossy(&log[..len]);
     // libbpf's error stays in the chain for callers to match; where the
     // verifier did not run, libbpf's warnings (its print callback) say why.
-    let why = match verifier_verdict(&log) {
-        Some(verdict) => Some(verdict),
-        None if len + 1 >= LOG_SIZE => Some(format!(
-            "the verifier's log did not fit in {} MiB",
-            LOG_SIZE >> 20
-        )),
-        None => None,
-    };
+    let why = verifier_verdict(&log).or_else(|| {
+        (len + 1 >= LOG_SIZE)
+            .then(|| format!("the verifier's log did not fit in {} MiB", LOG_SIZE >> 20))
+    });
     Err(match why {
         Some(why) => anyhow::Error::new(e).context(why),
         None => anyhow::Error::new(e),
