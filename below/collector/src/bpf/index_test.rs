@@ -32,6 +32,25 @@ fn name(s: &str) -> CgroupName {
     n
 }
 
+/// `records` indexed into a new table under the cgroup root `root`: the
+/// table and the visible records.
+fn index(root: &Path, records: &[Record], names: &[CgroupName]) -> (Table, Vec<usize>) {
+    let root = open_root(root).unwrap();
+    let mut table = Table::default();
+    let mut visible = Vec::new();
+    Indexed {
+        table: &mut table,
+        records: &mut visible,
+        root: root.as_fd(),
+    }
+    .index(Rows {
+        records,
+        pressure: &[],
+        names,
+    });
+    (table, visible)
+}
+
 /// The table's paths in pre-order.
 fn paths(table: &Table) -> Vec<String> {
     (0..table.len())
@@ -55,19 +74,7 @@ fn names_come_from_the_directories_without_a_names_map() {
         record(under_gone, gone),
         record(ino("b"), ino("")),
     ];
-    let root = open_root(dir.path()).unwrap();
-    let mut table = Table::default();
-    let mut visible = Vec::new();
-    let mut ix = Indexed {
-        table: &mut table,
-        records: &mut visible,
-        root: root.as_fd(),
-    };
-    ix.index(Rows {
-        records: &records,
-        pressure: &[],
-        names: &[],
-    });
+    let (table, visible) = index(dir.path(), &records, &[]);
     assert_eq!(visible, [0, 1, 2, 5]);
     assert_eq!(paths(&table), ["", "a", "a/x", "b"]);
     assert_eq!(table.row(2).raw, Path::new("a/x"));
@@ -79,18 +86,6 @@ fn names_come_from_the_names_map_first() {
     let names = [name(""), name("web.slice"), name("app")];
     // No such directory: the map's names are used, nothing is listed.
     let dir = tempfile::tempdir().unwrap();
-    let root = open_root(dir.path()).unwrap();
-    let mut table = Table::default();
-    let mut visible = Vec::new();
-    let mut ix = Indexed {
-        table: &mut table,
-        records: &mut visible,
-        root: root.as_fd(),
-    };
-    ix.index(Rows {
-        records: &records,
-        pressure: &[],
-        names: &names,
-    });
+    let (table, _) = index(dir.path(), &records, &names);
     assert_eq!(paths(&table), ["", "web.slice", "web.slice/app"]);
 }
