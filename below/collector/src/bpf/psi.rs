@@ -24,13 +24,13 @@ use super::decode::has;
 
 // FEAT_PSI*, PSI_NO_*, HAS_PSI*, struct pressure: bindgen of cgroup_psi.h.
 pub(crate) use super::program::fork_h::pressure as PressureRow;
-use super::program::fork_h::*;
 pub(crate) use super::program::fork_h::FEAT_PSI;
 pub(crate) use super::program::fork_h::FEAT_PSI_CLOCK;
 pub(crate) use super::program::fork_h::HAS_PSI;
 pub(crate) use super::program::fork_h::HAS_PSI_QUEUED;
 pub(crate) use super::program::fork_h::PSI_NO_SYMBOLS;
 pub(crate) use super::program::fork_h::PSI_ODD_HZ;
+use super::program::fork_h::*;
 
 /// Pressure rows: `pressure.*[]` (`enum psi_row`), as named fields.
 macro_rules! psi_rows {
