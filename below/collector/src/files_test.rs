@@ -17,11 +17,7 @@ fn exists(dir: &Path, f: StatFile) -> bool {
 
 #[test]
 fn a_controllers_files_exist_only_where_it_is_on() {
-    if bstats_testkit::skip_unless_root("creates cgroups") {
-        return;
-    }
-    let Ok(root) = crate::find_cgroup2_mount() else {
-        println!("skipped: no cgroup2 mount");
+    let Some(root) = crate::mount::test_cgroup2("creates cgroups") else {
         return;
     };
     let mut fx = Fixture::new(&root, "files", Controllers::All).unwrap();

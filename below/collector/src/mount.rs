@@ -77,6 +77,20 @@ pub fn check_cgroup2_root(root: &Path) -> Result<()> {
     Ok(())
 }
 
+/// For tests that need root and a cgroup2 mount: the mount, or None after
+/// saying why the test is skipped (`needs`: what the test does as root).
+#[cfg(test)]
+pub(crate) fn test_cgroup2(needs: &str) -> Option<PathBuf> {
+    if bstats_testkit::skip_unless_root(needs) {
+        return None;
+    }
+    let mount = find_cgroup2_mount();
+    if mount.is_err() {
+        println!("skipped: no cgroup2 mount");
+    }
+    mount.ok()
+}
+
 #[cfg(test)]
 mod test {
     use super::*;

@@ -29,11 +29,7 @@ fn count(_: PrintLevel, _: String) {
 
 #[test]
 fn loads_finish_while_libbpf_prints_elsewhere() {
-    if bstats_testkit::skip_unless_root("loads BPF") {
-        return;
-    }
-    let Ok(root) = crate::find_cgroup2_mount() else {
-        println!("skipped: no cgroup2 mount");
+    let Some(root) = crate::mount::test_cgroup2("loads BPF") else {
         return;
     };
     let config = Kernel::read(&KernelBtf::open(None).unwrap())

@@ -96,11 +96,7 @@ fn names_on_disk(top: &Path) -> HashMap<u64, OsString> {
 /// keeping its cgroup is not written again.
 #[test]
 fn each_record_has_its_cgroups_name_as_slots_change() {
-    if bstats_testkit::skip_unless_root("loads BPF") {
-        return;
-    }
-    let Ok(mount) = crate::find_cgroup2_mount() else {
-        println!("skipped: no cgroup2 mount");
+    let Some(mount) = crate::mount::test_cgroup2("loads BPF") else {
         return;
     };
     let mut fx = Fixture::new(&mount, "names", Controllers::Only(&[])).unwrap();

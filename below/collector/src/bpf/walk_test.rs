@@ -48,11 +48,7 @@ fn holder_state(bss: &MapHandle) -> HolderBss {
 
 #[test]
 fn the_rcu_pass_runs_while_cgroup_mutex_is_held() {
-    if bstats_testkit::skip_unless_root("loads BPF") {
-        return;
-    }
-    let Ok(root) = crate::find_cgroup2_mount() else {
-        println!("skipped: no cgroup2 mount");
+    let Some(root) = crate::mount::test_cgroup2("loads BPF") else {
         return;
     };
     let root = File::open(root).unwrap();
@@ -118,11 +114,7 @@ fn the_rcu_pass_runs_while_cgroup_mutex_is_held() {
 /// took it for an empty walk left the sample without its cgroup.
 #[test]
 fn a_walk_of_one_cgroup_is_one_record() {
-    if bstats_testkit::skip_unless_root("loads BPF") {
-        return;
-    }
-    let Ok(mount) = crate::find_cgroup2_mount() else {
-        println!("skipped: no cgroup2 mount");
+    let Some(mount) = crate::mount::test_cgroup2("loads BPF") else {
         return;
     };
     let fx = Fixture::new(&mount, "walk1", Controllers::Only(&[])).unwrap();
