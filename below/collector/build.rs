@@ -1,7 +1,7 @@
 //! Compiles the BPF cgroup iterator and the fork's program that includes
 //! it (bstats.bpf.c), with their libbpf-rs skeletons, and generates the
-//! Rust of their headers with bindgen: cgroup_stats.h's record, enums and
-//! constants as below main's build.rs does (`cgroup_stats_h.rs`), and the
+//! Rust of their headers with bindgen: cgroup_bpf_record.h's record, enums and
+//! constants as below main's build.rs does (`cgroup_bpf_record.rs`), and the
 //! fork's pressure, memory.numa_stat, names and pass modes
 //! (`cgroup_psi.h`, `cgroup_numa.h`, `cgroup_name.h`, `cgroup_rank.h`:
 //! `bstats_h.rs`).
@@ -12,7 +12,7 @@ use std::env;
 use std::path::Path;
 use std::path::PathBuf;
 
-const HEADER: &str = "src/bpf/cgroup_stats.h";
+const HEADER: &str = "src/bpf/cgroup_bpf_record.h";
 const FORK_HEADERS: [&str; 4] = [
     "src/bpf/cgroup_psi.h",
     "src/bpf/cgroup_numa.h",
@@ -44,15 +44,14 @@ fn bindings(context: &[&str], headers: &[&str], out: &Path) {
 
 fn main() {
     let out_dir = PathBuf::from(env::var_os("OUT_DIR").expect("OUT_DIR is set by cargo"));
-    bindings(&[], &[HEADER], &out_dir.join("cgroup_stats_h.rs"));
+    bindings(&[], &[HEADER], &out_dir.join("cgroup_bpf_record.rs"));
     bindings(&[HEADER], &FORK_HEADERS, &out_dir.join("bstats_h.rs"));
     // Included by bstats.bpf.c only.
     println!("cargo:rerun-if-changed=src/bpf/cgroup_psi.bpf.c");
     println!("cargo:rerun-if-changed=src/bpf/cgroup_numa.bpf.c");
 
-    // The object is loaded from its bytes (the skeletons give the types of
-    // its data sections).
-    bstats_bpf_build::build_program("src/bpf", "cgroup_stats");
+    // Loaded through their skeletons.
+    bstats_bpf_build::build_program("src/bpf", "cgroup_bpf");
     bstats_bpf_build::build_program("src/bpf", "bstats");
     // Tests only: what holds cgroup_mutex while the pass runs (walk_test.rs).
     bstats_bpf_build::build_program("src/bpf", "mutex_holder");

@@ -30,7 +30,7 @@ HARNESS_VERSION=3
 # the Rust in its cgroup_bpf module, the BPF layer as its module `layer`).
 shared_files() {
   local f
-  for f in cgroup_stats.bpf.c cgroup_stats.h; do
+  for f in cgroup_bpf.bpf.c cgroup_bpf_record.h; do
     echo "below/collector/src/bpf/$f below/cgroupfs/src/bpf/$f"
   done
   for f in contract.rs contract/tests.rs decode.rs decode/tests.rs kernel.rs kernel/tests.rs load.rs load/tests.rs; do

@@ -2,7 +2,7 @@
 # Usage: tests/upstream/verifier.sh [--kernels "debian-6.1 debian-6.12 debian-7.2 debian-7.3"]
 #                                   [--no-host] [--loads N] [--out DIR]
 # What the BPF verifier does with our programs, per kernel (issue #28):
-# below main's cgroup_stats.bpf.o (as patches/below carries it) and the
+# below main's cgroup_bpf.bpf.o (as patches/below carries it) and the
 # fork's bstats.bpf.o, each as the cgroup iterator and as the walk under
 # RCU, loaded as the collector loads them (`bstats-check verifier`): the
 # instructions the verifier processed, the program's size after it, and

@@ -14,11 +14,12 @@
 
 //! A small layer over libbpf-rs for loading and reading BPF programs:
 //!
-//! - Load: `load(NAME, ELF, None, |open| { open_map(open, "m")?.set_max_entries(n)?;
-//!   set_data(open, ".rodata", |r: &mut Rodata| r.x = 1) })` gives an owned libbpf_rs
-//!   `Object`; a failure says why (the verifier's verdict, a failed CO-RE relocation, else libbpf's
-//!   error, its warnings going to libbpf's print callback).
-//! - Programs and maps by name: `prog(&obj, "p")?.attach()`, `map(&obj, "m")`, `map(&obj, ".bss")`.
+//! - Load: `load(SkelBuilder::default(), None, |open| { open_map(open, "m")?.set_max_entries(n)?;
+//!   set_data(open, ".rodata", |r: &mut Rodata| r.x = 1) })` gives the loaded skeleton, which owns
+//!   its object; a failure says why (the verifier's verdict, a failed CO-RE relocation, else
+//!   libbpf's error, its warnings going to libbpf's print callback).
+//! - Programs and maps by name: `prog(skel.object(), "p")?.attach()`, `map(skel.object(), "m")`,
+//!   `map(skel.object(), ".bss")`.
 //! - Iterator: `run_iter(&link, &mut out)` runs one pass to its end (`out`: what it printed);
 //!   `attach_task_iter(&prog, tid)` attaches a task iterator to one thread.
 //! - Shared memory: `MapView::<T>::new(&map)?` mmaps an array map (`get`, `slice`);
@@ -29,6 +30,7 @@
 use std::ffi::CString;
 use std::io::ErrorKind;
 use std::io::Read;
+use std::mem::MaybeUninit;
 use std::os::fd::AsFd;
 use std::os::fd::AsRawFd;
 use std::os::unix::ffi::OsStrExt;
@@ -41,6 +43,8 @@ use anyhow::Result;
 use libbpf_rs::btf::types;
 use libbpf_rs::btf::Btf;
 use libbpf_rs::libbpf_sys;
+use libbpf_rs::skel::OpenSkel;
+use libbpf_rs::skel::SkelBuilder;
 use libbpf_rs::AsRawLibbpf;
 use libbpf_rs::Iter;
 use libbpf_rs::Link;
@@ -73,29 +77,42 @@ pub fn read<T: Pod>(bytes: &[u8]) -> Option<T> {
 /// failed load then says the log was cut rather than loading again.
 const LOG_SIZE: usize = 4 << 20;
 
-/// Opens the object `elf` (the build's `.bpf.o`) as `name`, lets `setup`
-/// size maps and fill `.rodata`, and loads it. `btf`: CO-RE relocates
-/// against this file instead of the running kernel's BTF.
+/// What the skeleton builder `B` loads: its program's typed skeleton.
+pub type Skeleton<B> = <<B as SkelBuilder<'static>>::Output as OpenSkel<'static>>::Output;
+
+/// Opens the object of the skeleton `builder` (libbpf-cargo's), lets
+/// `setup` size maps and fill `.rodata`, and loads it. `btf`: CO-RE
+/// relocates against this file instead of the running kernel's BTF.
 ///
-/// The object is owned (not a skeleton borrowing caller storage): its
-/// users keep it across samples and reload it to resize a map, with no
-/// lifetime to carry and nothing self-referential.
-pub fn load(
-    name: &str,
-    elf: &'static [u8],
+/// The skeleton owns its object (the storage libbpf-rs asks for is a
+/// pointer, leaked per load): its users keep it across samples and reload
+/// it to resize a map, with no lifetime to carry.
+pub fn load<B: SkelBuilder<'static>>(
+    builder: B,
     btf: Option<&Path>,
     mut setup: impl FnMut(&mut OpenObject) -> Result<()>,
-) -> Result<Object> {
-    let name = CString::new(name).context("object name with a NUL byte")?;
+) -> Result<Skeleton<B>> {
     let btf = btf
         .map(|p| CString::new(p.as_os_str().as_bytes()))
         .transpose()
         .context("BTF path with a NUL byte")?;
     let mut log = vec![0u8; LOG_SIZE];
-    let e = match open_and_load(&name, elf, btf.as_deref(), &mut log, &mut setup) {
-        Ok(obj) => return Ok(obj),
-        Err(Failure::Setup(e)) => return Err(e),
-        Err(Failure::Libbpf(e)) => e,
+    // libbpf-rs's builder has no per-object log buffer: the open options
+    // are ours, everything after the open is libbpf-rs's.
+    let opts = libbpf_sys::bpf_object_open_opts {
+        sz: size_of::<libbpf_sys::bpf_object_open_opts>() as _,
+        btf_custom_path: btf.as_deref().map_or(std::ptr::null(), |p| p.as_ptr()),
+        kernel_log_buf: log.as_mut_ptr().cast(),
+        kernel_log_size: log.len() as _,
+        ..Default::default()
+    };
+    // libbpf copies the path during the open and writes `log` only during
+    // the load below, which `log` outlives.
+    let mut open = builder.open_opts(opts, Box::leak(Box::new(MaybeUninit::uninit())))?;
+    setup(open.open_object_mut())?;
+    let e = match open.load() {
+        Ok(skel) => return Ok(skel),
+        Err(e) => e,
     };
     let len = log.iter().position(|&b| b == 0).unwrap_or(LOG_SIZE);
     let log = String::from_utf8_lossy(&log[..len]);
@@ -109,41 +126,6 @@ pub fn load(
         Some(why) => anyhow::Error::new(e).context(why),
         None => anyhow::Error::new(e),
     })
-}
-
-enum Failure {
-    Setup(anyhow::Error),
-    Libbpf(libbpf_rs::Error),
-}
-
-fn open_and_load(
-    name: &std::ffi::CStr,
-    elf: &'static [u8],
-    btf: Option<&std::ffi::CStr>,
-    log: &mut [u8],
-    setup: &mut impl FnMut(&mut OpenObject) -> Result<()>,
-) -> std::result::Result<Object, Failure> {
-    // libbpf-rs's ObjectBuilder has no per-object log buffer: the open
-    // options are ours, everything after the open is libbpf-rs's.
-    let opts = libbpf_sys::bpf_object_open_opts {
-        sz: size_of::<libbpf_sys::bpf_object_open_opts>() as _,
-        object_name: name.as_ptr(),
-        btf_custom_path: btf.map_or(std::ptr::null(), |p| p.as_ptr()),
-        kernel_log_buf: log.as_mut_ptr().cast(),
-        kernel_log_size: log.len() as _,
-        ..Default::default()
-    };
-    // SAFETY: libbpf copies the name and the path during the open; it
-    // writes `log` only during the load below, which `log` outlives; the
-    // ELF is 'static.
-    let ptr =
-        unsafe { libbpf_sys::bpf_object__open_mem(elf.as_ptr().cast(), elf.len() as _, &opts) };
-    let ptr = NonNull::new(ptr)
-        .ok_or_else(|| Failure::Libbpf(libbpf_rs::Error::from(std::io::Error::last_os_error())))?;
-    // SAFETY: a freshly opened, not yet loaded object, owned from here.
-    let mut open = unsafe { OpenObject::from_ptr(ptr) };
-    setup(&mut open).map_err(Failure::Setup)?;
-    open.load().map_err(Failure::Libbpf)
 }
 
 /// Why the verifier rejected a program: the last two lines of its log

@@ -25,13 +25,12 @@ mod says;
 /// [`layer::load`] with libbpf's warnings kept for its error, not printed
 /// ([`says`]). Named like it so that it shadows the glob re-export: every
 /// load of ours goes through it, the shared code's `layer::load` included.
-pub fn load(
-    name: &str,
-    elf: &'static [u8],
+pub fn load<B: libbpf_rs::skel::SkelBuilder<'static>>(
+    builder: B,
     btf: Option<&std::path::Path>,
     setup: impl FnMut(&mut libbpf_rs::OpenObject) -> Result<()>,
-) -> Result<libbpf_rs::Object> {
-    libbpf_says(|| layer::load(name, elf, btf, setup))
+) -> Result<Skeleton<B>> {
+    libbpf_says(|| layer::load(builder, btf, setup))
 }
 
 impl KernelBtf {

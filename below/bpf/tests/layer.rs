@@ -10,8 +10,7 @@ use std::time::Instant;
 use bstats_bpf::MapView;
 use bstats_bpf::Pod;
 use bstats_testkit::skip_unless_root;
-
-const ELF: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/layer_test.bpf.o"));
+use libbpf_rs::skel::Skel;
 
 mod skel {
     include!(concat!(env!("OUT_DIR"), "/layer_test.skel.rs"));
@@ -24,8 +23,12 @@ unsafe impl Pod for Rodata {}
 // SAFETY: as above.
 unsafe impl Pod for Bss {}
 
-fn load_with(step: u64, broken: bool, btf: Option<&Path>) -> anyhow::Result<libbpf_rs::Object> {
-    bstats_bpf::load("layer_test", ELF, btf, |open| {
+fn load_with(
+    step: u64,
+    broken: bool,
+    btf: Option<&Path>,
+) -> anyhow::Result<skel::LayerTestSkel<'static>> {
+    bstats_bpf::load(skel::LayerTestSkelBuilder::default(), btf, |open| {
         bstats_bpf::set_data(open, ".rodata", |r: &mut Rodata| r.step = step)?;
         if broken {
             for mut p in open.progs_mut() {
@@ -49,11 +52,12 @@ fn loads_runs_an_iterator_and_shares_its_maps() {
     if skip_unless_root("loads BPF") {
         return;
     }
-    let obj = load_with(3, false, None).expect("load");
-    let link = bstats_bpf::prog(&obj, "count_tasks")
+    let skel = load_with(3, false, None).expect("load");
+    let obj = skel.object();
+    let link = bstats_bpf::prog(obj, "count_tasks")
         .and_then(|p| Ok(p.attach()?))
         .expect("attach");
-    let bss = MapView::<Bss>::new(&bstats_bpf::map(&obj, ".bss").expect(".bss")).expect("mmap");
+    let bss = MapView::<Bss>::new(&bstats_bpf::map(obj, ".bss").expect(".bss")).expect("mmap");
     for pass in 0..2 {
         let mut out = Vec::new();
         bstats_bpf::run_iter(&link, &mut out).expect("pass");
@@ -63,7 +67,7 @@ fn loads_runs_an_iterator_and_shares_its_maps() {
         assert_eq!(counted % 3, 0, "the .rodata step set at load");
         assert!(counted / 3 > 1, "more than one task: {counted}");
     }
-    let err = bstats_bpf::map(&obj, "no_such_map").expect_err("no such map");
+    let err = bstats_bpf::map(obj, "no_such_map").expect_err("no such map");
     assert_eq!(err.to_string(), "the BPF object has no map no_such_map");
 }
 
@@ -74,7 +78,9 @@ fn a_failed_co_re_relocation_is_the_reason() {
     }
     // Two threads: one load fails, one succeeds, each with its own log.
     let good = std::thread::spawn(|| load_with(1, false, None).map(|_| ()));
-    let err = load_with(1, true, None).expect_err("the verifier rejects it");
+    let err = load_with(1, true, None)
+        .map(drop)
+        .expect_err("the verifier rejects it");
     let why = format!("{err:#}");
     assert!(
         why.contains("failed to resolve CO-RE relocation") && why.contains("no_such_member"),
@@ -92,6 +98,7 @@ fn libbpfs_error_when_the_verifier_never_ran() {
     // error is libbpf's, with its warnings as the reason (no verdict made
     // up from an empty log).
     let err = load_with(1, false, Some(Path::new("/proc/self/stat")))
+        .map(drop)
         .expect_err("no BTF to relocate against");
     assert!(err.downcast_ref::<libbpf_rs::Error>().is_some(), "{err:#}");
     assert_eq!(err.chain().count(), 2, "{err:#}");

@@ -61,8 +61,9 @@ fn skeleton(src: &str, clang: &str, include: &[&str]) -> SkeletonBuilder {
 }
 
 /// For a build script: compiles `dir/name.bpf.c` (headers from `dir` and
-/// the shared ones) into `$OUT_DIR/name.bpf.o`, which the crate embeds and
-/// loads, and generates `$OUT_DIR/name.skel.rs` for its types; reruns
+/// the shared ones) into `$OUT_DIR/name.bpf.o` and generates
+/// `$OUT_DIR/name.skel.rs`, the skeleton that embeds it and that the crate
+/// loads it through (bstats_bpf::load); reruns
 /// when the program, its `dir/name.h` or a shared header changes; panics
 /// with the compiler's message.
 pub fn build_program(dir: &str, name: &str) {

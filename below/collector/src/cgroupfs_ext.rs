@@ -1,4 +1,4 @@
-//! The structs the key lists of cgroup_stats.h write (the BPF record's
+//! The structs the key lists of cgroup_bpf_record.h write (the BPF record's
 //! fills and the text parsers' setters): below-cgroupfs 0.9.0's, plus the
 //! keys newer cgroupfs has fields for and 0.9.0 does not. Each derefs to
 //! its 0.9.0 struct, so `s.anon` is 0.9.0's field and `s.swapcached` the

@@ -35,6 +35,7 @@ use bstats_bpf::c_string;
 use bstats_bpf::KernelBtf;
 use bstats_bpf::MapView;
 use bstats_bpf::Pod;
+use libbpf_rs::skel::Skel;
 use libbpf_rs::ErrorKind;
 use libbpf_rs::RingBufferBuilder;
 use slog::info;
@@ -43,9 +44,6 @@ use slog::warn;
 use skel::types::bss as Bss;
 use skel::types::exit_event as Event;
 use skel::types::exit_flags;
-
-/// The compiled program (build.rs).
-const ELF: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/exitstats.bpf.o"));
 
 // SAFETY: the skeleton's #[repr(C)] types of the event and .bss: integers
 // and byte arrays.
@@ -184,13 +182,13 @@ fn drain(
     stop: Arc<AtomicBool>,
     ready: mpsc::Sender<Result<()>>,
 ) {
-    let loaded = bstats_bpf::load("exitstats", ELF, None, |_| Ok(()))
+    let loaded = bstats_bpf::load(skel::ExitstatsSkelBuilder::default(), None, |_| Ok(()))
         .map_err(load_error)
         .and_then(|obj| {
-            let link = bstats_bpf::prog(&obj, "on_exit")?
+            let link = bstats_bpf::prog(obj.object(), "on_exit")?
                 .attach()
                 .context("cannot attach to tp_btf/sched_process_exit")?;
-            let bss = MapView::<Bss>::new(&bstats_bpf::map(&obj, ".bss")?)?;
+            let bss = MapView::<Bss>::new(&bstats_bpf::map(obj.object(), ".bss")?)?;
             Ok((obj, link, bss))
         });
     let (obj, _link, bss) = match loaded {
@@ -200,7 +198,7 @@ fn drain(
             return;
         }
     };
-    let events = match bstats_bpf::map(&obj, "events") {
+    let events = match bstats_bpf::map(obj.object(), "events") {
         Ok(m) => m,
         Err(e) => {
             let _ = ready.send(Err(e));

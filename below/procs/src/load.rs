@@ -2,32 +2,30 @@
 
 use anyhow::Context;
 use anyhow::Result;
+use libbpf_rs::skel::Skel;
 use libbpf_rs::Link;
-use libbpf_rs::Object;
 
-/// The compiled program (build.rs).
-const OBJECT: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/task_stats.bpf.o"));
+use crate::skel::TaskStatsSkel;
+use crate::skel::TaskStatsSkelBuilder;
+
 const PROG: &str = "dump_task";
 
 /// The loaded program attached as an iterator. Fields drop in order: the
 /// link before the object that holds the program.
 pub(crate) struct TaskIter {
     link: Link,
-    _object: Object,
+    _skel: TaskStatsSkel<'static>,
 }
 
 impl TaskIter {
     /// Opens, loads (the verifier runs here) and attaches the iterator.
     pub(crate) fn load() -> Result<Self> {
-        let object = bstats_bpf::load("task_stats", OBJECT, None, |_| Ok(()))
+        let skel = bstats_bpf::load(TaskStatsSkelBuilder::default(), None, |_| Ok(()))
             .context("the kernel refused the sleepable task iterator")?;
-        let link = bstats_bpf::prog(&object, PROG)?
+        let link = bstats_bpf::prog(skel.object(), PROG)?
             .attach()
             .context("cannot attach the task iterator")?;
-        Ok(TaskIter {
-            link,
-            _object: object,
-        })
+        Ok(TaskIter { link, _skel: skel })
     }
 
     /// One pass: everything the program printed, into `out` (cleared).

@@ -19,6 +19,7 @@ use anyhow::Result;
 use bstats_bpf::MapView;
 use bstats_bpf::Pod;
 use clap::Parser;
+use libbpf_rs::skel::Skel;
 use nix::sys::signal::signal;
 use nix::sys::signal::SigHandler;
 use nix::sys::signal::Signal;
@@ -38,7 +39,6 @@ unsafe impl Pod for Bss {}
 // SAFETY: as above.
 unsafe impl Pod for Rodata {}
 
-const OBJECT: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/lock_wait.bpf.o"));
 const PROGS: [&str; 2] = ["contended", "acquired"];
 
 #[derive(Parser, Debug)]
@@ -104,7 +104,7 @@ fn main() -> Result<()> {
             .context("Failed to install a signal handler")?;
     }
     let mutex = cgroup_mutex_addr()?;
-    let object = bstats_bpf::load("lock_wait", OBJECT, None, |open| {
+    let object = bstats_bpf::load(skel::LockWaitSkelBuilder::default(), None, |open| {
         bstats_bpf::set_data(open, ".rodata", |r: &mut Rodata| {
             r.recorder_tgid = args.tgid;
             r.cgroup_mutex_addr = mutex.unwrap_or(0);
@@ -116,12 +116,12 @@ fn main() -> Result<()> {
     let _links = PROGS
         .iter()
         .map(|p| {
-            bstats_bpf::prog(&object, p)?
+            bstats_bpf::prog(object.object(), p)?
                 .attach()
                 .with_context(|| format!("cannot attach {p}"))
         })
         .collect::<Result<Vec<_>>>()?;
-    let bss = MapView::<Bss>::new(&bstats_bpf::map(&object, ".bss")?)?;
+    let bss = MapView::<Bss>::new(&bstats_bpf::map(object.object(), ".bss")?)?;
     // For a script to wait on before its window starts.
     println!("lockwait attached");
     let t0 = Instant::now();

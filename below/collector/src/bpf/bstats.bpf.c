@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * The fork's program: cgroup_stats.bpf.c, the program below main carries,
+ * The fork's program: cgroup_bpf.bpf.c, the program below main carries,
  * plus pressure (cgroup_psi.bpf.c), memory.numa_stat (cgroup_numa.bpf.c),
  * the cgroups' names (cgroup_name.h) and the pass modes of cgroup_rank.h,
  * so a sample ranked by a value the record holds reads the rest of the record
@@ -8,7 +8,7 @@
  * `bstats` (one verification); all share the maps and globals of
  * cgroup_stats.
  */
-#include "cgroup_stats.bpf.c"
+#include "cgroup_bpf.bpf.c"
 #include "cgroup_psi.bpf.c"
 #include "cgroup_numa.bpf.c"
 #include "cgroup_name.h"

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
  * The fork's memory.numa_stat (cgroup_numa.h), included by bstats.bpf.c
- * after cgroup_stats.bpf.c, whose scratch space, `visit_cgroup` and memcg
+ * after cgroup_bpf.bpf.c, whose scratch space, `visit_cgroup` and memcg
  * checks it uses: memcg->nodeinfo[nid]->lruvec_stats->state[] as
  * memory_numa_stat_show() reads it, after the flush at the walk root.
  */

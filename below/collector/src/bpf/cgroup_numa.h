@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: GPL-2.0 */
 /*
  * The fork's memory.numa_stat from BPF (bstats.bpf.c, cgroup_numa.bpf.c),
- * read by build.rs like cgroup_stats.h. Not in cgroup_stats.h: where each
+ * read by build.rs like cgroup_bpf_record.h. Not in cgroup_bpf_record.h: where each
  * line sits in lruvec_stats.state[] is a private array of mm/memcontrol.c
  * (memcg_node_stat_items[]) that BTF does not describe; numa.rs derives it
  * from a copy, which below main's program does not carry.
@@ -50,7 +50,7 @@
 #define NUMA_ENUM(key) NUMA_##key,
 enum numa_item { NUMA_ITEMS(NUMA_ENUM) NR_NUMA_STATS };
 
-/* The record's flag past cgroup_stats.h's HAS_FLAGS and cgroup_psi.h's:
+/* The record's flag past cgroup_bpf_record.h's HAS_FLAGS and cgroup_psi.h's:
  * the record's rows in map `numa` are written. */
 #define HAS_NUMA_BIT 18
 enum numa_has { HAS_NUMA = 1U << HAS_NUMA_BIT };

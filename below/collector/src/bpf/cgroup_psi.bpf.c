@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
  * The fork's pressure (cgroup_psi.h), included by bstats.bpf.c after
- * cgroup_stats.bpf.c, whose scratch space and `visit_cgroup` it uses:
+ * cgroup_bpf.bpf.c, whose scratch space and `visit_cgroup` it uses:
  * the pressure files as a read would print them at the pass, which needs
  * the scheduler's clocks (kallsyms symbols) and, for a group whose
  * aggregation worker is queued, a sum over the CPUs' buckets.
@@ -20,7 +20,7 @@ struct {
 
 #define PSI_COUNT_FLAG(name) +1
 _Static_assert(0 HAS_FLAGS(PSI_COUNT_FLAG) <= HAS_PSI_BIT,
-               "cgroup_stats.h's HAS_FLAGS reach the pressure bits");
+               "cgroup_bpf_record.h's HAS_FLAGS reach the pressure bits");
 
 /* psi_group.total is [aggregator][state], avg is [state][3] and
  * psi_group_cpu.times_prev is [aggregator][state]. Older pahole flattens

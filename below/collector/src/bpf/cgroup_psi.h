@@ -2,7 +2,7 @@
 /*
  * The fork's pressure from BPF (bstats.bpf.c, cgroup_psi.bpf.c): what the
  * pass writes of cpu/io/memory.pressure per cgroup and why it could not,
- * read by build.rs like cgroup_stats.h. Not in cgroup_stats.h: it reads
+ * read by build.rs like cgroup_bpf_record.h. Not in cgroup_bpf_record.h: it reads
  * scheduler internals (kallsyms symbols, the per-CPU buckets) that below
  * main's program leaves to the files.
  */
@@ -34,7 +34,7 @@ BITS(PSI_FEAT_FLAGS, psi_feat);
 #define PSI_NO_RQ_CLOCK 3
 #define PSI_CPU_LAYOUT 4
 
-/* The record's flags past cgroup_stats.h's HAS_FLAGS (which a pass clears
+/* The record's flags past cgroup_bpf_record.h's HAS_FLAGS (which a pass clears
  * and sets from bit 0): the record's row in map `pressure` is written
  * (HAS_PSI), and the kernel's aggregation worker was queued (HAS_PSI_QUEUED:
  * the per-CPU buckets were summed, which needs the clock). */

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: GPL-2.0 */
 /*
- * The fork's top-N passes over cgroup_stats.bpf.c (the program below main
+ * The fork's top-N passes over cgroup_bpf.bpf.c (the program below main
  * carries): the pass modes of bstats.bpf.c, read by build.rs like
- * cgroup_stats.h.
+ * cgroup_bpf_record.h.
  */
 #ifndef CGROUP_RANK_H
 #define CGROUP_RANK_H

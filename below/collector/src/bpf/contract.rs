@@ -12,7 +12,7 @@
 // See the License for the specific language governing permissions and
 // limitations under the License.
 
-//! The contract with the BPF program. cgroup_stats.h is its one source:
+//! The contract with the BPF program. cgroup_bpf_record.h is its one source:
 //! bindgen turns its record, enums and constants into Rust (build.rs, as
 //! below main's; fbcode: rust_bindgen_library), and the lists below name
 //! each entry of a C list by its enum constant. The compiler checks each
@@ -27,29 +27,21 @@ use crate::MemoryStat;
 #[cfg(not(fbcode_build))]
 #[allow(clippy::unwrap_used)]
 pub(crate) mod skel {
-    include!(concat!(env!("OUT_DIR"), "/cgroup_stats.skel.rs"));
+    include!(concat!(env!("OUT_DIR"), "/cgroup_bpf.skel.rs"));
 }
 // bindgen's output, with the lints rust_bindgen_library allows.
 #[cfg(not(fbcode_build))]
 #[allow(non_camel_case_types, non_upper_case_globals, dead_code, clippy::all)]
 mod h {
-    include!(concat!(env!("OUT_DIR"), "/cgroup_stats_h.rs"));
+    include!(concat!(env!("OUT_DIR"), "/cgroup_bpf_record.rs"));
 }
 
-// fbcode builds the skeleton (the types of the object's data sections),
-// the bindings and the object with buck: the crates `cgroup_stats` and
-// `cgroup_stats_h`, the object at CGROUP_STATS_BPF_O; the open-source build
-// has build.rs write them to OUT_DIR.
+// fbcode builds the skeleton and the bindings from the same files, as
+// below main's TARGETS do: the crates `cgroup_bpf` and `cgroup_bpf_record`.
 #[cfg(fbcode_build)]
-pub(crate) use ::cgroup_stats as skel;
+pub(crate) use ::cgroup_bpf as skel;
 #[cfg(fbcode_build)]
-use ::cgroup_stats_h as h;
-
-/// The compiled BPF object: what is loaded, and its BTF.
-#[cfg(fbcode_build)]
-pub(crate) const OBJECT: &[u8] = include_bytes!(env!("CGROUP_STATS_BPF_O"));
-#[cfg(not(fbcode_build))]
-pub(crate) const OBJECT: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/cgroup_stats.bpf.o"));
+use ::cgroup_bpf_record as h;
 
 pub(crate) use h::record as Record;
 pub(crate) use h::*;

@@ -26,18 +26,18 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use anyhow::Result;
+use libbpf_rs::skel::Skel;
 use libbpf_rs::CgroupIterOpts;
 use libbpf_rs::CgroupIterOrder;
 use libbpf_rs::IterOpts;
 use libbpf_rs::Link;
-use libbpf_rs::Object;
 use libbpf_rs::OpenObject;
 
 use super::contract::skel::types::bss as Bss;
 use super::contract::skel::types::rodata as Rodata;
+use super::contract::skel::CgroupBpfSkelBuilder;
 use super::contract::Record;
 use super::contract::CPU_WORDS;
-use super::contract::OBJECT;
 use super::kernel::LoadConfig;
 use super::layer;
 use super::layer::MapView;
@@ -119,7 +119,7 @@ pub(crate) struct Loaded {
     records: MapView<Record>,
     bss: MapView<Bss>,
     /// Owns the program and maps the link and views use.
-    _object: Object,
+    _skel: Box<dyn Skel<'static>>,
     capacity: u32,
     config: LoadConfig,
     walk: Walk,
@@ -156,10 +156,10 @@ impl Loaded {
         btf: Option<PathBuf>,
     ) -> Result<Self> {
         let prog = walk.program("cgroup_stats");
-        let object = layer::load("cgroup_stats", OBJECT, btf.as_deref(), |open| {
+        let skel = layer::load(CgroupBpfSkelBuilder::default(), btf.as_deref(), |open| {
             Self::prepare(open, &prog, root, capacity, &config)
         })?;
-        Self::attach(object, &prog, root, capacity, config, walk, btf)
+        Self::attach(Box::new(skel), &prog, root, capacity, config, walk, btf)
     }
 
     /// Before the load of an object holding the program: only `prog` is
@@ -197,7 +197,7 @@ impl Loaded {
     /// After the load: attaches `prog` (the form `walk` names) over the
     /// cgroups under `root`, and maps the records and .bss.
     pub(crate) fn attach(
-        object: Object,
+        skel: Box<dyn Skel<'static>>,
         prog: &str,
         root: BorrowedFd,
         capacity: u32,
@@ -205,7 +205,8 @@ impl Loaded {
         walk: Walk,
         btf: Option<PathBuf>,
     ) -> Result<Self> {
-        let program = layer::prog(&object, prog)?;
+        let object = skel.object();
+        let program = layer::prog(object, prog)?;
         let link = match walk {
             // Any thread that lives as long as the link does: the
             // process's first, whose tid is the pid.
@@ -222,9 +223,9 @@ impl Loaded {
         };
         Ok(Loaded {
             link,
-            records: MapView::new(&layer::map(&object, "records")?)?,
-            bss: MapView::new(&layer::map(&object, ".bss")?)?,
-            _object: object,
+            records: MapView::new(&layer::map(object, "records")?)?,
+            bss: MapView::new(&layer::map(object, ".bss")?)?,
+            _skel: skel,
             capacity,
             config,
             walk,

@@ -5,7 +5,7 @@
 //! allows it, else walks as a cgroup iterator under cgroup_mutex
 //! (`load::Walk`).
 //!
-//! - `cgroup_stats.bpf.c`, `cgroup_stats.h`: below main's program and the
+//! - `cgroup_bpf.bpf.c`, `cgroup_bpf_record.h`: below main's program and the
 //!   contract (record layout and tables; `contract` is its Rust side,
 //!   generated);
 //! - `load`: loading one form of the pass, running it, reading the records
@@ -24,8 +24,8 @@
 //!   (`bstats-check verifier`).
 //!
 //! Shared with below main's series (patches/below/reader carries them
-//! verbatim, `tests/upstream/sync.sh --check`): `cgroup_stats.bpf.c`,
-//! `cgroup_stats.h`, `contract.rs`, `decode.rs`,
+//! verbatim, `tests/upstream/sync.sh --check`): `cgroup_bpf.bpf.c`,
+//! `cgroup_bpf_record.h`, `contract.rs`, `decode.rs`,
 //! `kernel.rs`, `load.rs` (with their tests) and bstats-bpf's `layer.rs`:
 //! they use nothing of the fork's, and a change to one goes into the series
 //! (`tests/upstream/sync.sh --refresh`). Pressure is the fork's alone: it

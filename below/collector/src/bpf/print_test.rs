@@ -13,10 +13,12 @@ use std::sync::atomic::Ordering;
 use std::sync::mpsc::channel;
 use std::time::Duration;
 
-use libbpf_rs::ObjectBuilder;
+use std::mem::MaybeUninit;
+
+use libbpf_rs::skel::SkelBuilder;
 use libbpf_rs::PrintLevel;
 
-use super::contract::OBJECT;
+use super::contract::skel::CgroupBpfSkelBuilder;
 use super::kernel::Kernel;
 use super::layer::KernelBtf;
 use super::load::Loaded;
@@ -40,7 +42,8 @@ fn loads_finish_while_libbpf_prints_elsewhere() {
     // Opening an object (no load) makes libbpf print, outside the layer.
     let printer = std::thread::spawn(|| {
         while LOADING.load(Ordering::Relaxed) {
-            ObjectBuilder::default().open_memory(OBJECT).unwrap();
+            let mut storage = MaybeUninit::uninit();
+            CgroupBpfSkelBuilder::default().open(&mut storage).unwrap();
         }
     });
     let (done, finished) = channel();

@@ -15,10 +15,10 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use anyhow::Result;
+use libbpf_rs::skel::Skel;
 use libbpf_rs::MapCore;
 use libbpf_rs::MapFlags;
 use libbpf_rs::MapHandle;
-use libbpf_rs::Object;
 use libbpf_rs::OpenObject;
 
 use super::kernel::LoadConfig;
@@ -54,8 +54,6 @@ pub(crate) use fork_h::cgroup_name as CgroupName;
 pub(crate) use fork_h::PASS_FULL;
 pub(crate) use fork_h::PASS_RANK;
 pub(crate) use fork_h::PASS_WANTED;
-
-pub(crate) const OBJECT: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/bstats.bpf.o"));
 
 /// The program's name in the object (its forms: [`Walk::program`]).
 pub(crate) const PROGRAM: &str = "bstats";
@@ -141,10 +139,10 @@ impl ForkLoaded {
         btf: Option<PathBuf>,
     ) -> Result<Self> {
         let prog = walk.program(PROGRAM);
-        let object = layer::load(PROGRAM, OBJECT, btf.as_deref(), |open| {
+        let skel = layer::load(skel::BstatsSkelBuilder::default(), btf.as_deref(), |open| {
             Self::prepare(open, &prog, root, capacity, &config)
         })?;
-        Self::attach(object, &prog, root, capacity, config, walk, btf)
+        Self::attach(Box::new(skel), &prog, root, capacity, config, walk, btf)
     }
 
     /// Before the load of the object: [`Loaded::prepare`] and the fork's
@@ -180,7 +178,7 @@ impl ForkLoaded {
     /// After the load: attaches `prog` as [`Loaded::attach`]
     /// does and maps the fork's maps.
     pub(crate) fn attach(
-        object: Object,
+        skel: Box<dyn Skel<'static>>,
         prog: &str,
         root: BorrowedFd,
         capacity: u32,
@@ -188,14 +186,15 @@ impl ForkLoaded {
         walk: Walk,
         btf: Option<PathBuf>,
     ) -> Result<Self> {
-        let wanted = MapHandle::try_from(&layer::map(&object, "wanted")?)?;
-        let control = MapHandle::try_from(&layer::map(&object, ".data.rank")?)?;
-        let pressure = MapView::new(&layer::map(&object, "pressure")?)?;
-        let names = MapView::new(&layer::map(&object, "names")?)?;
-        let psi = MapView::new(&layer::map(&object, ".data.psi")?)?;
-        let numa_rows = MapView::new(&layer::map(&object, "numa")?)?;
-        let numa_pass = MapView::new(&layer::map(&object, ".data.numa")?)?;
-        let loaded = Loaded::attach(object, prog, root, capacity, config.core, walk, btf)?;
+        let object = skel.object();
+        let wanted = MapHandle::try_from(&layer::map(object, "wanted")?)?;
+        let control = MapHandle::try_from(&layer::map(object, ".data.rank")?)?;
+        let pressure = MapView::new(&layer::map(object, "pressure")?)?;
+        let names = MapView::new(&layer::map(object, "names")?)?;
+        let psi = MapView::new(&layer::map(object, ".data.psi")?)?;
+        let numa_rows = MapView::new(&layer::map(object, "numa")?)?;
+        let numa_pass = MapView::new(&layer::map(object, ".data.numa")?)?;
+        let loaded = Loaded::attach(skel, prog, root, capacity, config.core, walk, btf)?;
         Ok(ForkLoaded {
             loaded,
             wanted,

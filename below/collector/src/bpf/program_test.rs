@@ -20,10 +20,12 @@ use bstats_testkit::Fixture;
 use libbpf_rs::btf::types;
 use libbpf_rs::btf::Btf;
 
-use super::contract;
+use super::contract::skel::CgroupBpfSkelBuilder;
+use super::contract::tests::object_btf;
 use super::kernel::Kernel;
 use super::layer::KernelBtf;
 use super::program;
+use super::program::skel::BstatsSkelBuilder;
 use super::program::CgroupName;
 use super::program::ForkConfig;
 use super::program::PassRunner;
@@ -32,9 +34,8 @@ use super::program::PASS_FULL;
 use super::program::PASS_RANK;
 use super::protocol::Passes;
 
-/// Each variable of `section` in `object`'s BTF: (name, offset, size).
-fn layout(object: &[u8], section: &str) -> Vec<(String, u32, usize)> {
-    let btf = Btf::from_raw("object", object).unwrap().unwrap();
+/// Each variable of `section` in an object's BTF: (name, offset, size).
+fn layout(btf: &Btf, section: &str) -> Vec<(String, u32, usize)> {
     let sec = (btf.type_by_name::<types::DataSec>(section))
         .unwrap_or_else(|| panic!("no section {section}"));
     let mut vars: Vec<_> = sec
@@ -52,9 +53,10 @@ fn layout(object: &[u8], section: &str) -> Vec<(String, u32, usize)> {
 #[test]
 fn fork_object_lays_out_the_loaders_sections_alike() {
     for section in [".bss", ".rodata"] {
-        let core = layout(contract::OBJECT, section);
+        let core = object_btf(CgroupBpfSkelBuilder::default(), |b| layout(b, section));
         assert!(!core.is_empty(), "{section}: no variables");
-        assert_eq!(core, layout(program::OBJECT, section), "{section}");
+        let fork = object_btf(BstatsSkelBuilder::default(), |b| layout(b, section));
+        assert_eq!(core, fork, "{section}");
     }
 }
 

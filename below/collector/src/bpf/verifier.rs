@@ -20,11 +20,11 @@ use std::time::Instant;
 use anyhow::Context;
 use anyhow::Result;
 use libbpf_rs::libbpf_sys;
+use libbpf_rs::skel::Skel;
 use libbpf_rs::AsRawLibbpf;
-use libbpf_rs::Object;
 use libbpf_rs::OpenObject;
 
-use super::contract;
+use super::contract::skel::CgroupBpfSkelBuilder;
 use super::kernel::Kernel;
 use super::layer;
 use super::layer::KernelBtf;
@@ -35,13 +35,14 @@ use super::load::Walk;
 use super::load::FIRST_CAPACITY;
 use super::numa::NumaKernel;
 use super::program;
+use super::program::skel::BstatsSkelBuilder;
 use super::program::ForkConfig;
 use super::program::ForkLoaded;
 
 /// Whose program an object holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Whose {
-    /// below main's `cgroup_stats.bpf.o` (the patch series carries it).
+    /// below main's `cgroup_bpf.bpf.o` (the patch series carries it).
     BelowMain,
     /// The fork's `bstats.bpf.o`: cgroup_stats with pressure and top-N.
     Fork,
@@ -51,7 +52,7 @@ impl Whose {
     /// The object file.
     pub fn object(self) -> &'static str {
         match self {
-            Whose::BelowMain => "cgroup_stats.bpf.o",
+            Whose::BelowMain => "cgroup_bpf.bpf.o",
             Whose::Fork => "bstats.bpf.o",
         }
     }
@@ -64,12 +65,17 @@ impl Whose {
         }
     }
 
-    /// The object's bytes.
-    fn elf(self) -> &'static [u8] {
-        match self {
-            Whose::BelowMain => contract::OBJECT,
-            Whose::Fork => program::OBJECT,
-        }
+    /// Loads its object through its skeleton, `setup` run before.
+    fn load(
+        self,
+        setup: impl FnMut(&mut OpenObject) -> Result<()>,
+    ) -> Result<Box<dyn Skel<'static>>> {
+        Ok(match self {
+            Whose::BelowMain => {
+                Box::new(layer::load(CgroupBpfSkelBuilder::default(), None, setup)?)
+            }
+            Whose::Fork => Box::new(layer::load(BstatsSkelBuilder::default(), None, setup)?),
+        })
     }
 
     /// Before the load of `self`'s object, as the backend does.
@@ -89,7 +95,7 @@ impl Whose {
     /// After the load: attaches as the backend does (and drops it).
     fn attach(
         self,
-        object: Object,
+        skel: Box<dyn Skel<'static>>,
         prog: &str,
         root: BorrowedFd,
         config: ForkConfig,
@@ -98,11 +104,9 @@ impl Whose {
         let cap = FIRST_CAPACITY;
         match self {
             Whose::BelowMain => {
-                Loaded::attach(object, prog, root, cap, config.core, walk, None).map(drop)
+                Loaded::attach(skel, prog, root, cap, config.core, walk, None).map(drop)
             }
-            Whose::Fork => {
-                ForkLoaded::attach(object, prog, root, cap, config, walk, None).map(drop)
-            }
+            Whose::Fork => ForkLoaded::attach(skel, prog, root, cap, config, walk, None).map(drop),
         }
     }
 }
@@ -275,13 +279,11 @@ fn load_times(
     let loads = (0..n)
         .map(|_| {
             let start = Instant::now();
-            let object = layer::load(whose.program(), whose.elf(), None, |open| {
-                whose.prepare(open, prog, root, &config)
-            })?;
+            let skel = whose.load(|open| whose.prepare(open, prog, root, &config))?;
             let wall = start.elapsed();
-            let info = layer::prog_info(&layer::prog(&object, prog)?)?;
+            let info = layer::prog_info(&layer::prog(skel.object(), prog)?)?;
             whose
-                .attach(object, prog, root, config, walk.clone())
+                .attach(skel, prog, root, config, walk.clone())
                 .context("loaded, but did not attach")?;
             Ok(Load { wall, info })
         })
@@ -306,7 +308,7 @@ fn verifier_log(
 ) -> Result<VerifierLog> {
     let mut log = vec![0u8; 64 << 10];
     let (buf, size) = (log.as_mut_ptr(), log.len());
-    layer::load(whose.program(), whose.elf(), None, |open| {
+    whose.load(|open| {
         whose.prepare(open, prog, root, config)?;
         let mut p = open
             .progs_mut()

@@ -3,34 +3,36 @@
 
 use std::time::Duration;
 
-use libbpf_rs::ObjectBuilder;
+use std::mem::MaybeUninit;
 
-use super::contract;
+use libbpf_rs::skel::OpenSkel;
+use libbpf_rs::skel::SkelBuilder;
+
+use super::contract::skel::CgroupBpfSkelBuilder;
 use super::load::NoRcuWalk;
 use super::load::Walk;
-use super::program;
+use super::program::skel::BstatsSkelBuilder;
 use super::verifier::cpu_count;
 use super::verifier::median_range;
 use super::verifier::VerifierLog;
 use super::verifier::Whose;
 
 /// The programs an object holds (opened, not loaded: no kernel needed).
-fn programs(elf: &[u8]) -> Vec<String> {
-    let open = ObjectBuilder::default()
-        .open_memory(elf)
-        .expect("the object opens");
-    open.progs()
+fn programs(builder: impl for<'o> SkelBuilder<'o>) -> Vec<String> {
+    let mut storage = MaybeUninit::uninit();
+    let open = builder.open(&mut storage).expect("the object opens");
+    open.open_object()
+        .progs()
         .map(|p| p.name().to_string_lossy().into_owned())
         .collect()
 }
 
 #[test]
 fn each_form_is_a_program_of_its_object() {
-    for (whose, elf) in [
-        (Whose::BelowMain, contract::OBJECT),
-        (Whose::Fork, program::OBJECT),
+    for (whose, progs) in [
+        (Whose::BelowMain, programs(CgroupBpfSkelBuilder::default())),
+        (Whose::Fork, programs(BstatsSkelBuilder::default())),
     ] {
-        let progs = programs(elf);
         for walk in [Walk::Rcu, Walk::Locked(NoRcuWalk::Unavailable("test"))] {
             let form = walk.program(whose.program());
             assert!(

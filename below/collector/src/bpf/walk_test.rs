@@ -12,6 +12,7 @@ use std::time::Instant;
 
 use bstats_testkit::Controllers;
 use bstats_testkit::Fixture;
+use libbpf_rs::skel::Skel;
 use libbpf_rs::CgroupIterOpts;
 use libbpf_rs::CgroupIterOrder;
 use libbpf_rs::IterOpts;
@@ -36,8 +37,6 @@ use skel::types::bss as HolderBss;
 // SAFETY: the skeleton's #[repr(C)] type of a data section: integers.
 unsafe impl Pod for HolderBss {}
 
-const HOLDER: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/mutex_holder.bpf.o"));
-
 fn holder_state(bss: &MapHandle) -> HolderBss {
     let bytes = bss
         .lookup(&0u32.to_ne_bytes(), MapFlags::ANY)
@@ -60,14 +59,14 @@ fn the_rcu_pass_runs_while_cgroup_mutex_is_held() {
     let mut loaded = Loaded::first(root.as_fd(), kernel.config, None).unwrap();
     assert_eq!(loaded.walk(), &Walk::Rcu);
 
-    let holder = layer::load("mutex_holder", HOLDER, None, |_| Ok(())).unwrap();
+    let holder = layer::load(skel::MutexHolderSkelBuilder::default(), None, |_| Ok(())).unwrap();
     let mut opts = CgroupIterOpts::from_fd(root.as_fd());
     opts.order = CgroupIterOrder::SelfOnly;
-    let link = layer::prog(&holder, "hold")
+    let link = layer::prog(holder.object(), "hold")
         .unwrap()
         .attach_iter_with_opts(IterOpts::Cgroup(opts))
         .unwrap();
-    let bss = MapHandle::try_from(&layer::map(&holder, ".bss").unwrap()).unwrap();
+    let bss = MapHandle::try_from(&layer::map(holder.object(), ".bss").unwrap()).unwrap();
     let holding = std::thread::spawn(move || layer::run_iter(&link, &mut Vec::new()));
     let start = Instant::now();
     while holder_state(&bss).holding == 0 {

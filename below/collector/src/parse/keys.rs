@@ -1,5 +1,5 @@
 //! Setters by key for the text files whose keys are lists of
-//! cgroup_stats.h (memory.stat, memory.events[.local], memory.numa_stat),
+//! cgroup_bpf_record.h (memory.stat, memory.events[.local], memory.numa_stat),
 //! from the lists the record's fills are made of (contract.rs's and
 //! numa.rs's `*_list!` macros): the text and the record name the same fields.
 

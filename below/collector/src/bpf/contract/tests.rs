@@ -16,8 +16,13 @@
 //! below's fields, and that the kernel facts' types and members are the
 //! ones C reads (in the object's BTF).
 
+use std::mem::MaybeUninit;
+
 use libbpf_rs::btf::types;
 use libbpf_rs::btf::Btf;
+use libbpf_rs::skel::OpenSkel;
+use libbpf_rs::skel::SkelBuilder;
+use libbpf_rs::AsRawLibbpf;
 
 use super::*;
 
@@ -54,11 +59,28 @@ fn members(btf: &Btf, name: &str) -> Option<Vec<String>> {
     Some(e.iter().map(|m| owned(m.name)).collect())
 }
 
-#[test]
-fn facts_are_what_c_reads() {
-    let btf = Btf::from_raw("object", OBJECT)
+/// `read` of the BTF of the object `builder` opens (not loaded: no
+/// privilege needed).
+pub(crate) fn object_btf<T>(
+    builder: impl for<'o> SkelBuilder<'o>,
+    read: impl FnOnce(&Btf) -> T,
+) -> T {
+    let mut storage = MaybeUninit::uninit();
+    let open = builder.open(&mut storage).expect("opening the object");
+    // SAFETY: the object stays open while the reference lives.
+    let object = unsafe { open.open_object().as_libbpf_object().as_ref() };
+    let btf = Btf::from_bpf_object(object)
         .expect("reading the object's BTF")
         .expect("the object has BTF");
+    read(&btf)
+}
+
+#[test]
+fn facts_are_what_c_reads() {
+    object_btf(skel::CgroupBpfSkelBuilder::default(), facts_in);
+}
+
+fn facts_in(btf: &Btf) {
     for f in KERNEL_FACTS {
         let (flavors, member): (&[&str], _) = match f.kind {
             FactKind::Field => (&["___local"], f.member.to_owned()),
@@ -67,7 +89,7 @@ fn facts_are_what_c_reads() {
         };
         for flavor in flavors {
             let ty = format!("{}{flavor}", f.ty);
-            let found = members(&btf, &ty).unwrap_or_else(|| panic!("{}: no {ty}", f.name));
+            let found = members(btf, &ty).unwrap_or_else(|| panic!("{}: no {ty}", f.name));
             assert!(found.contains(&member), "{}: {ty} has no {member}", f.name);
         }
     }

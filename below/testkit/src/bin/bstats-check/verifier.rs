@@ -217,8 +217,8 @@ mod tests {
         assert_eq!(
             rows,
             [
-                "| 6.1.0-50-cloud-amd64 | cgroup_stats.bpf.o (below main) | `cgroup_stats` (cgroup iterator) | yes | 4000 | 141 | 900 | 5000 | 4.5 (4.0-5.0) | 12.0 (10.0-30.0) |",
-                "| 6.1.0-50-cloud-amd64 | cgroup_stats.bpf.o (below main) | `cgroup_stats_rcu` (walk under RCU) | n/a: kernel lacks kfunc a\\|b | - | - | - | - | - | - |",
+                "| 6.1.0-50-cloud-amd64 | cgroup_bpf.bpf.o (below main) | `cgroup_stats` (cgroup iterator) | yes | 4000 | 141 | 900 | 5000 | 4.5 (4.0-5.0) | 12.0 (10.0-30.0) |",
+                "| 6.1.0-50-cloud-amd64 | cgroup_bpf.bpf.o (below main) | `cgroup_stats_rcu` (walk under RCU) | n/a: kernel lacks kfunc a\\|b | - | - | - | - | - | - |",
                 "| 6.1.0-50-cloud-amd64 | bstats.bpf.o (fork) | `bstats` (cgroup iterator) | yes | 5000-5002 | ? [1] | 900 | 5000 | ? [1] | 20.5 (20.0-21.0) |",
                 "| 6.1.0-50-cloud-amd64 | bstats.bpf.o (fork) | `bstats_rcu` (walk under RCU) | no [2] | - | - | - | - | - | - |",
             ]

@@ -33,6 +33,9 @@
  *   a reader walking the directories.
  *   Needs bpf_iter_css_new (6.7) and bpf_cgroup_from_id.
  */
+/* The kfuncs are declared here (weak, some with local flavors of their
+ * types); a vmlinux.h from bpftool 7.5+ would declare them too. */
+#define BPF_NO_KFUNC_PROTOTYPES
 #ifdef FBCODE_BUILD
 #include <bpf/vmlinux/vmlinux.h>
 #else
@@ -40,7 +43,7 @@
 #endif
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_core_read.h>
-#include "cgroup_stats.h"
+#include "cgroup_bpf_record.h"
 
 /* GPL-compatible: the kernel lets only such programs call the GPL-only
  * helpers and kfuncs used here. */
@@ -120,10 +123,6 @@ extern int bpf_iter_css_new(struct bpf_iter_css___local *it,
 extern struct cgroup_subsys_state *
 bpf_iter_css_next(struct bpf_iter_css___local *it) __ksym __weak;
 extern void bpf_iter_css_destroy(struct bpf_iter_css___local *it) __ksym __weak;
-/* uapi's BPF_CGROUP_ITER_DESCENDANTS_PRE and cgroup-defs.h's CSS_ONLINE,
- * which an older vmlinux.h may lack. */
-#define WALK_DESCENDANTS_PRE 2
-#define CSS_IS_ONLINE (1 << 1)
 
 /* Every controller of the list, as a flavor of the kernel's enum: CO-RE
  * tells which ones this kernel has (ids and presence depend on config,
@@ -215,11 +214,17 @@ static __always_inline bool have_memcg_kfuncs(void) {
   (have_##name##_ctrl() ? (void *)BPF_CORE_READ(cgrp, subsys[SUBSYS_ID(name)]) \
                         : NULL)
 
+/* The id is relocated only where the kernel has the controller (else
+ * libbpf poisons it): the barrier keeps its use inside the check. */
 #define CTRL(name)                                                             \
   if (bpf_core_enum_value_exists(enum cgroup_subsys_id___local,                \
-                                 name##_cgrp_id___local) &&                    \
-      (kmask & (1U << SUBSYS_ID(name))))                                       \
-    m |= 1U << CTRL_##name;
+                                 name##_cgrp_id___local)) {                    \
+    __u32 id = SUBSYS_ID(name);                                                \
+                                                                               \
+    barrier_var(id);                                                           \
+    if (kmask & (1U << id))                                                    \
+      m |= 1U << CTRL_##name;                                                  \
+  }
 
 /* Kernel subsys mask -> our CTRL_* bits. */
 static __always_inline __u32 ctrl_mask(__u32 kmask) {
@@ -602,13 +607,13 @@ static __always_inline void list_cgroups(struct cgroup *root) {
 
   walk_seen = walk_stored = 0;
   bpf_rcu_read_lock();
-  bpf_iter_css_new(&it, &root->self, WALK_DESCENDANTS_PRE);
+  bpf_iter_css_new(&it, &root->self, BPF_CGROUP_ITER_DESCENDANTS_PRE);
   while ((pos = bpf_iter_css_next(&it))) {
     __u32 n = walk_seen;
     __u64 *slot;
 
     /* Dead ones are skipped, as the cgroup iterator does. */
-    if (!(pos->flags & CSS_IS_ONLINE))
+    if (!(pos->flags & CSS_ONLINE))
       continue;
     walk_seen = n + 1;
     slot = bpf_map_lookup_elem(&walk_ids, &n);

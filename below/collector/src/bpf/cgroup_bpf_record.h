@@ -26,8 +26,8 @@
  * types), for bindgen. The record's fields are u64s, or u32s in pairs,
  * so it has no padding and both sides agree without packing rules.
  */
-#ifndef CGROUP_STATS_H
-#define CGROUP_STATS_H
+#ifndef CGROUP_BPF_RECORD_H
+#define CGROUP_BPF_RECORD_H
 
 /* A value the kernel does not have (config, version): shown as None. */
 #define ABSENT (~0ULL)
