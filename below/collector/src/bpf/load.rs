@@ -23,7 +23,10 @@ use std::os::fd::BorrowedFd;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::path::PathBuf;
+use std::time::Duration;
+use std::time::Instant;
 
+use anyhow::bail;
 use anyhow::Context;
 use anyhow::Result;
 use libbpf_rs::skel::Skel;
@@ -125,6 +128,8 @@ pub(crate) struct Loaded {
     walk: Walk,
     /// BTF to relocate against instead of the running kernel's (tests).
     btf: Option<PathBuf>,
+    /// When growing the records map last failed.
+    grow_failed: Option<Instant>,
 }
 
 /// Records room at the first load; the map grows when a pass needs more.
@@ -230,6 +235,7 @@ impl Loaded {
             config,
             walk,
             btf,
+            grow_failed: None,
         })
     }
 
@@ -274,13 +280,18 @@ impl Loaded {
     }
 }
 
+/// How long a failed growth of the records map is not tried again: each
+/// try loads the program (a verifier pass) inside a sample.
+pub(crate) const GROW_RETRY: Duration = Duration::from_secs(60);
+
 /// Runs a pass of `program` until one fits: when a pass saw more cgroups
 /// than the records map has room for (the tree grew), `reload` loads the
 /// program again with room for `cap` (from `loaded`, the [`Loaded`] it
-/// had) and the pass runs again. `T`: what else a pass gives.
+/// had) and the pass runs again. Where that failed, samples fail without
+/// trying again for [`GROW_RETRY`]. `T`: what else a pass gives.
 pub(crate) fn run_growing<P, T>(
     program: &mut P,
-    loaded: fn(&P) -> &Loaded,
+    loaded: fn(&mut P) -> &mut Loaded,
     mut run: impl FnMut(&mut P) -> Result<(Pass, T)>,
     reload: impl Fn(&Loaded, u32) -> Result<P>,
 ) -> Result<(Pass, T)> {
@@ -291,8 +302,23 @@ pub(crate) fn run_growing<P, T>(
             return Ok((pass, more));
         }
         let cap = capacity_for(pass.cgroups);
-        *program = reload(had, cap)
-            .with_context(|| format!("cannot grow the records map to {cap} cgroups"))?;
+        if let Some(at) = had.grow_failed.filter(|at| at.elapsed() < GROW_RETRY) {
+            bail!(
+                "the records map has room for {} of {} cgroups: growing it failed {}s ago, \
+                 tried again {}s after",
+                had.capacity,
+                pass.cgroups,
+                at.elapsed().as_secs(),
+                GROW_RETRY.as_secs()
+            );
+        }
+        match reload(had, cap) {
+            Ok(grown) => *program = grown,
+            Err(e) => {
+                had.grow_failed = Some(Instant::now());
+                return Err(e.context(format!("cannot grow the records map to {cap} cgroups")));
+            }
+        }
     }
 }
 

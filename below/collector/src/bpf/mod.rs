@@ -45,6 +45,8 @@ mod decode;
 mod facts_test;
 mod fill;
 #[cfg(test)]
+mod grow_test;
+#[cfg(test)]
 mod index_test;
 mod kernel;
 #[cfg(test)]

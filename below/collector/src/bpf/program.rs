@@ -372,7 +372,7 @@ impl Passes for PassRunner<'_> {
                 let numa = f.numa;
                 run_growing(
                     f,
-                    |f| &f.loaded,
+                    |f| &mut f.loaded,
                     |f| f.run(mode, rank_groups),
                     |had, cap| {
                         let config = ForkConfig {
