@@ -275,7 +275,9 @@ impl Loaded {
 
     pub(crate) fn records(&self, n: u32) -> &[Record] {
         // SAFETY: the kernel wrote the first `n` during the last run, and
-        // no run happens while the slice (borrowing self) is alive.
+        // no run happens while the slice (borrowing self) is alive: the
+        // link is ours (a process with CAP_BPF could run it by its id,
+        // which MapView::slice leaves out).
         unsafe { self.records.slice(n as usize) }
     }
 }
