@@ -6,9 +6,8 @@
 # decoding verbatim (shared_files in lib.sh; Rust with `cgroupfs::` read as
 # `crate::` and formatted with upstream's rustfmt.toml, the one rewrite).
 # --check applies the series to the pinned tree and fails when one of those
-# files differs from this repo's, the series' Rust is not formatted in
-# upstream's style, or the reader cover letter's copy of measure.sh is not
-# tests/upstream/measure.sh. --copy writes them into TREE (a git checkout of below
+# files differs from this repo's, or the series' Rust is not formatted in
+# upstream's style. --copy writes them into TREE (a git checkout of below
 # main with the series applied as commits): commit them there with `git
 # commit --fixup`, rebase with --autosquash and `git format-patch` into
 # patches/below/reader. --refresh does all of that in a scratch tree: each
@@ -42,11 +41,6 @@ case "${1:-}" in
         | diff -u --label "rustfmt: $f" --label "series: $f" - "$tree/$f" >&2 || bad=1
     done < <(git -C "$tree" diff --name-only --diff-filter=d pristine HEAD -- '*.rs')
     [ $bad -eq 0 ] || die "the series' Rust is not formatted with upstream's rustfmt.toml"
-    # The cover letter carries measure.sh for maintainers to run: the same bytes.
-    letter=$REPO_ROOT/patches/below/reader/0000-cover-letter.patch
-    awk '/^--- 8< --- measure.sh$/ { on = 1; next } /^--- >8 ---$/ { on = 0 } on' "$letter" \
-      | diff -u --label "cover letter: measure.sh" --label tests/upstream/measure.sh - "$REPO_ROOT/tests/upstream/measure.sh" >&2 \
-      || die "the reader cover letter's measure.sh differs from tests/upstream/measure.sh (paste it between its markers)"
     log "the series carries below/collector's files unchanged ($(shared_files | wc -l) files)"
     ;;
   --copy)
