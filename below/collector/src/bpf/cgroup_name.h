@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: GPL-2.0 */
 /*
  * The fork's cgroup names (bstats.bpf.c), read by build.rs like
- * cgroup_bpf_record.h. The fork builds the tree from the pass's records, with no
- * directory walk, so a cgroup's name comes from the pass; user space needs
+ * cgroup_bpf_record.h. The fork builds the tree from the pass's records, with
+ * no directory walk, so a cgroup's name comes from the pass; user space needs
  * it once per cgroup (cgroup2 has no rename), so it is not in the record:
  * map `names` holds one per record slot, written only when another cgroup
  * takes the slot.

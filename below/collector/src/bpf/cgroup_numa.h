@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: GPL-2.0 */
 /*
  * The fork's memory.numa_stat from BPF (bstats.bpf.c, cgroup_numa.bpf.c),
- * read by build.rs like cgroup_bpf_record.h. Not in cgroup_bpf_record.h: where each
- * line sits in lruvec_stats.state[] is a private array of mm/memcontrol.c
+ * read by build.rs like cgroup_bpf_record.h. Not in cgroup_bpf_record.h: where
+ * each line sits in lruvec_stats.state[] is a private array of mm/memcontrol.c
  * (memcg_node_stat_items[]) that BTF does not describe; numa.rs derives it
  * from a copy, which below main's program does not carry.
  */

@@ -2,8 +2,8 @@
 /*
  * The fork's pressure from BPF (bstats.bpf.c, cgroup_psi.bpf.c): what the
  * pass writes of cpu/io/memory.pressure per cgroup and why it could not,
- * read by build.rs like cgroup_bpf_record.h. Not in cgroup_bpf_record.h: it reads
- * scheduler internals (kallsyms symbols, the per-CPU buckets) that below
+ * read by build.rs like cgroup_bpf_record.h. Not in cgroup_bpf_record.h: it
+ * reads scheduler internals (kallsyms symbols, the per-CPU buckets) that below
  * main's program leaves to the files.
  */
 #ifndef CGROUP_PSI_H
