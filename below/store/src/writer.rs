@@ -30,6 +30,8 @@ use std::os::unix::fs::DirBuilderExt;
 use std::path::Path;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
+use std::time::Instant;
 use std::time::SystemTime;
 
 use anyhow::Context;
@@ -153,13 +155,26 @@ fn open_locked(path: &Path) -> Result<File> {
         .create(true)
         .open(path)
         .with_context(|| format!("Failed to open {}", path.display()))?;
-    // SAFETY: flock on an fd we own; the lock lives as long as `f`.
-    if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
-        return Err(std::io::Error::last_os_error())
-            .with_context(|| format!("Failed to acquire file lock on {}", path.display()));
+    // A process of ours forked between its fork and its exec holds a copy
+    // of every descriptor, so a lock we just released can stay held for
+    // that moment: wait for it a little before calling the shard taken.
+    let deadline = Instant::now() + LOCK_WAIT;
+    loop {
+        // SAFETY: flock on an fd we own; the lock lives as long as `f`.
+        if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+            return Ok(f);
+        }
+        let e = std::io::Error::last_os_error();
+        if e.raw_os_error() != Some(libc::EWOULDBLOCK) || Instant::now() >= deadline {
+            return Err(e)
+                .with_context(|| format!("Failed to acquire file lock on {}", path.display()));
+        }
+        std::thread::sleep(Duration::from_millis(10));
     }
-    Ok(f)
 }
+
+/// How long [`open_locked`] waits for a shard another holder releases.
+const LOCK_WAIT: Duration = Duration::from_secs(2);
 
 impl Writer {
     /// Opens (creating) the shard of `now` in `dir`.
@@ -432,8 +447,6 @@ fn dir_size(dir: &Path) -> u64 {
 
 #[cfg(test)]
 mod test {
-    use std::time::Duration;
-
     use super::*;
 
     /// below-store's checksum, byte at a time, to hold ours against.
@@ -554,6 +567,38 @@ mod test {
         );
         assert_eq!(files(dir.path()).len(), 2);
         assert!(w.try_discard_until_size(1 << 20).unwrap());
+    }
+
+    /// A shard we closed opens again while a child forked in between
+    /// still holds a copy of its descriptor (other threads spawn
+    /// processes); a writer that keeps it open is still refused.
+    #[test]
+    fn a_forked_copy_of_the_lock_is_waited_for() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("index_00000000001");
+        let f = open_locked(&path).unwrap();
+        // SAFETY: the child only sleeps and exits (async-signal-safe).
+        let child = unsafe { libc::fork() };
+        assert!(child >= 0, "fork: {}", std::io::Error::last_os_error());
+        if child == 0 {
+            unsafe {
+                libc::usleep(300_000);
+                libc::_exit(0);
+            }
+        }
+        drop(f);
+        let again = open_locked(&path);
+        let mut status = 0;
+        // SAFETY: waiting for the child forked above.
+        assert_eq!(unsafe { libc::waitpid(child, &mut status, 0) }, child);
+        let again = again.unwrap();
+
+        let err = open_locked(&path).unwrap_err();
+        assert!(
+            format!("{err:#}").contains("Failed to acquire file lock"),
+            "{err:#}"
+        );
+        drop(again);
     }
 
     /// An index entry whose frame is not in the data file (past its end,
