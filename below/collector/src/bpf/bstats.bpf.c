@@ -34,7 +34,7 @@ struct {
 } names SEC(".maps");
 
 /* A section of their own, so .bss stays cgroup_stats's. PASS_* and the
- * HAS_* groups of a RANK pass: set by user space before each pass. */
+ * CGB_HAS_* groups of a RANK pass: set by user space before each pass. */
 __u32 pass_mode SEC(".data.rank");
 __u32 rank_groups SEC(".data.rank");
 /* Set by a WANTED pass that found another cgroup in a wanted slot than
@@ -42,22 +42,23 @@ __u32 rank_groups SEC(".data.rank");
 __u32 moved SEC(".data.rank");
 
 /* The ranked value only (RANK pass) of the cgroup at `visit_cgroup`: no
- * other field of the group. Global: checked once (see fill_groups). */
-__noinline int fill_rank(struct record *r, __u32 idx) {
+ * other field of the group. Global: checked once (see cgroup_bpf_fill_groups).
+ */
+__noinline int fill_rank(struct cgroup_bpf_record *r, __u32 idx) {
   struct cgroup *cgrp = (void *)visit_cgroup;
   struct mem_cgroup___local *memcg;
 
   if (!r)
     return 0;
 
-  if (rank_groups & HAS_BSTAT) {
+  if (rank_groups & CGB_HAS_BSTAT) {
     r->usage_ns = BPF_CORE_READ(cgrp, bstat.cputime.sum_exec_runtime);
-    r->flags |= HAS_BSTAT;
+    r->flags |= CGB_HAS_BSTAT;
   }
   memcg = OWN_CSS(cgrp, memory);
-  if ((rank_groups & HAS_MEMCG) && memcg) {
+  if ((rank_groups & CGB_HAS_MEMCG) && memcg) {
     r->mem_usage = USAGE(memcg, memory);
-    r->flags |= HAS_MEMCG;
+    r->flags |= CGB_HAS_MEMCG;
   }
   if (rank_groups & HAS_PSI)
     fill_pressure(r, idx);
@@ -67,7 +68,7 @@ __noinline int fill_rank(struct record *r, __u32 idx) {
 /* Before fill_place() writes `id` into record `r` at `idx`: the cgroup's
  * name where the slot held another cgroup (cgroup2 has no rename, so a
  * slot keeping its id keeps its name). */
-static __always_inline void note_name(struct record *r, __u32 idx,
+static __always_inline void note_name(struct cgroup_bpf_record *r, __u32 idx,
                                       struct cgroup *cgrp, __u64 id) {
   struct cgroup_name *n;
 
@@ -80,7 +81,7 @@ static __always_inline void note_name(struct record *r, __u32 idx,
 }
 
 /* Every group of the record, its name, pressure and memory.numa_stat. */
-static __always_inline void fill_all(struct record *r, __u32 idx,
+static __always_inline void fill_all(struct cgroup_bpf_record *r, __u32 idx,
                                      struct cgroup *cgrp,
                                      struct cgroup_subsys_state *css,
                                      __u64 id) {
@@ -99,7 +100,7 @@ static __always_inline void start_bstats(void) {
 /* One cgroup in the pass mode. */
 static __noinline int visit_bstats(struct cgroup *cgrp,
                                    struct cgroup_subsys_state *css) {
-  struct record *r;
+  struct cgroup_bpf_record *r;
   __u64 id, *w;
   bool want;
   __u32 idx = pass.nr_cgroups; /* next_record()'s */

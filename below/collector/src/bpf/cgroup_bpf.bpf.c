@@ -53,7 +53,7 @@ struct {
   __uint(type, BPF_MAP_TYPE_ARRAY);
   __uint(map_flags, BPF_F_MMAPABLE);
   __type(key, __u32);
-  __type(value, struct record);
+  __type(value, struct cgroup_bpf_record);
   /* The loader sets the real capacity before loading. */
   __uint(max_entries, 1);
 } records SEC(".maps");
@@ -74,15 +74,15 @@ struct {
   /* Cgroups visited, counted past the map's capacity so user space knows
    * how far to grow it. */
   __u32 nr_cgroups;
-  /* FEAT_* bits: what this kernel let the pass do. */
+  /* CGB_FEAT_* bits: what this kernel let the pass do. */
   __u32 features;
-  /* The KERNEL_FACTS this kernel has, bit FACT_*. */
+  /* The CGB_KERNEL_FACTS this kernel has, bit CGB_FACT_*. */
   __u64 facts;
 } pass;
 /* Bytes of a cpumask the kernel allocated (nr_cpu_ids bits, in longs);
  * set by the loader: reading past them reads other objects. */
 const volatile __u32 cpumask_bytes = 8;
-/* KF_* bits; constant at load, so the verifier drops calls to kfuncs this
+/* CGB_KF_* bits; constant at load, so the verifier drops calls to kfuncs this
  * kernel lacks (libbpf poisons them). */
 const volatile __u32 kfuncs;
 /* Whether memory.stat prints hugetlb (the mount's memory_hugetlb_accounting).
@@ -128,9 +128,9 @@ extern void bpf_iter_css_destroy(struct bpf_iter_css___local *it) __ksym __weak;
  * tells which ones this kernel has (ids and presence depend on config,
  * and this vmlinux.h may lack some). */
 #define SUBSYS_OPT(name) name##_cgrp_id___local,
-enum cgroup_subsys_id___local { CONTROLLERS(SUBSYS_OPT) };
+enum cgroup_subsys_id___local { CGB_CONTROLLERS(SUBSYS_OPT) };
 
-/* The flavors KERNEL_FACTS are checked through: the members read. */
+/* The flavors CGB_KERNEL_FACTS are checked through: the members read. */
 struct task_group___local {
   unsigned long shares;
   struct cfs_bandwidth cfs_bandwidth;
@@ -199,38 +199,49 @@ struct page_counter___local {
   static __always_inline bool have_##fact(void) {                              \
     return HAVE_##kind(type, name);                                            \
   }
-KERNEL_FACTS(HAVE_FN)
+CGB_KERNEL_FACTS(HAVE_FN)
 
 static __always_inline bool have_memcg_kfuncs(void) {
-  return kfuncs & KF_MEMCG;
+  return kfuncs & CGB_KF_MEMCG;
 }
 
+/* An enum value, to be used only inside the check that the kernel has it:
+ * where it does not, libbpf poisons the relocation, and the barrier keeps
+ * the compiler from moving the value out of the check. */
+#define ENUM_VALUE(type, value)                                                \
+  ({                                                                           \
+    __u32 v = bpf_core_enum_value(type, value);                                \
+                                                                               \
+    barrier_var(v);                                                            \
+    v;                                                                         \
+  })
+
 #define SUBSYS_ID(name)                                                        \
-  bpf_core_enum_value(enum cgroup_subsys_id___local, name##_cgrp_id___local)
+  ENUM_VALUE(enum cgroup_subsys_id___local, name##_cgrp_id___local)
 
 /* The cgroup's own css of controller `name`; NULL where the kernel has
- * no such controller. */
+ * no such controller. Callers cast it to the controller's struct, which
+ * starts with it (task_group, mem_cgroup, pids_cgroup, cpuset). */
 #define OWN_CSS(cgrp, name)                                                    \
-  (have_##name##_ctrl() ? (void *)BPF_CORE_READ(cgrp, subsys[SUBSYS_ID(name)]) \
-                        : NULL)
+  ({                                                                           \
+    void *css = NULL;                                                          \
+                                                                               \
+    if (have_##name##_ctrl())                                                  \
+      css = (void *)BPF_CORE_READ(cgrp, subsys[SUBSYS_ID(name)]);              \
+    css;                                                                       \
+  })
 
-/* The id is relocated only where the kernel has the controller (else
- * libbpf poisons it): the barrier keeps its use inside the check. */
 #define CTRL(name)                                                             \
   if (bpf_core_enum_value_exists(enum cgroup_subsys_id___local,                \
-                                 name##_cgrp_id___local)) {                    \
-    __u32 id = SUBSYS_ID(name);                                                \
-                                                                               \
-    barrier_var(id);                                                           \
-    if (kmask & (1U << id))                                                    \
-      m |= 1U << CTRL_##name;                                                  \
-  }
+                                 name##_cgrp_id___local) &&                    \
+      (kmask & (1U << SUBSYS_ID(name))))                                       \
+    m |= 1U << CGB_CTRL_##name;
 
-/* Kernel subsys mask -> our CTRL_* bits. */
+/* Kernel subsys mask -> our CGB_CTRL_* bits. */
 static __always_inline __u32 ctrl_mask(__u32 kmask) {
   __u32 m = 0;
 
-  CONTROLLERS(CTRL)
+  CGB_CONTROLLERS(CTRL)
   return m;
 }
 
@@ -244,7 +255,7 @@ struct cgroup___local {
                                         subtree_control))
 
 /* Where the cgroup is in the tree. */
-static __always_inline struct cgroup *fill_place(struct record *r,
+static __always_inline struct cgroup *fill_place(struct cgroup_bpf_record *r,
                                                  struct cgroup *cgrp) {
   struct cgroup *parent = BPF_CORE_READ(cgrp, self.parent, cgroup);
 
@@ -254,7 +265,8 @@ static __always_inline struct cgroup *fill_place(struct record *r,
   return parent;
 }
 
-static __always_inline void fill_tree(struct record *r, struct cgroup *cgrp) {
+static __always_inline void fill_tree(struct cgroup_bpf_record *r,
+                                      struct cgroup *cgrp) {
   struct cgroup *parent = fill_place(r, cgrp);
   __u32 control;
 
@@ -266,7 +278,8 @@ static __always_inline void fill_tree(struct record *r, struct cgroup *cgrp) {
   if (parent) {
     control = ctrl_mask(SUBTREE_CONTROL(parent));
     if (BPF_CORE_READ(cgrp, dom_cgrp) != cgrp)
-      control &= (1U << CTRL_cpuset) | (1U << CTRL_cpu) | (1U << CTRL_pids);
+      control &= (1U << CGB_CTRL_cpuset) | (1U << CGB_CTRL_cpu) |
+                 (1U << CGB_CTRL_pids);
   } else {
     control = ctrl_mask(BPF_CORE_READ(cgrp, root, subsys_mask));
   }
@@ -280,27 +293,28 @@ struct prev_cputime___local {
   __u64 stime;
 } __attribute__((preserve_access_index));
 
-static __always_inline void fill_cpu(struct record *r, struct cgroup *cgrp) {
+static __always_inline void fill_cpu(struct cgroup_bpf_record *r,
+                                     struct cgroup *cgrp) {
   struct prev_cputime___local *prev = (void *)&cgrp->prev_cputime;
   struct task_group___local *tg;
 
   r->usage_ns = BPF_CORE_READ(cgrp, bstat.cputime.sum_exec_runtime);
   r->utime_ns = BPF_CORE_READ(cgrp, bstat.cputime.utime);
   r->stime_ns = BPF_CORE_READ(cgrp, bstat.cputime.stime);
-  r->prev_utime_ns = r->prev_stime_ns = ABSENT;
+  r->prev_utime_ns = r->prev_stime_ns = CGB_ABSENT;
   if (bpf_core_field_exists(prev->utime)) {
     r->prev_utime_ns = BPF_CORE_READ(prev, utime);
     r->prev_stime_ns = BPF_CORE_READ(prev, stime);
   }
-  r->flags |= HAS_BSTAT;
+  r->flags |= CGB_HAS_BSTAT;
 
   tg = OWN_CSS(cgrp, cpu);
   if (!tg)
     return;
-  r->flags |= HAS_CPU;
-  r->weight = have_cpu_shares() ? BPF_CORE_READ(tg, shares) : ABSENT;
-  r->nr_periods = r->nr_throttled = r->throttled_ns = ABSENT;
-  r->quota_ns = r->period_ns = ABSENT;
+  r->flags |= CGB_HAS_CPU;
+  r->weight = have_cpu_shares() ? BPF_CORE_READ(tg, shares) : CGB_ABSENT;
+  r->nr_periods = r->nr_throttled = r->throttled_ns = CGB_ABSENT;
+  r->quota_ns = r->period_ns = CGB_ABSENT;
   if (have_cpu_bandwidth()) {
     struct cfs_bandwidth___local *b = (void *)&tg->cfs_bandwidth;
 
@@ -323,16 +337,17 @@ static __always_inline void fill_cpu(struct record *r, struct cgroup *cgrp) {
 #define SCRATCH_LONGS 64
 static __u64 scratch[SCRATCH_LONGS] SEC(".data.work");
 
-static __always_inline void fill_pids(struct record *r, struct cgroup *cgrp) {
+static __always_inline void fill_pids(struct cgroup_bpf_record *r,
+                                      struct cgroup *cgrp) {
   struct pids_cgroup___local *pids = OWN_CSS(cgrp, pids);
 
   if (!pids)
     return;
-  r->flags |= HAS_PIDS;
+  r->flags |= CGB_HAS_PIDS;
   r->pids_current =
-      have_pids_counter() ? BPF_CORE_READ(pids, counter.counter) : ABSENT;
+      have_pids_counter() ? BPF_CORE_READ(pids, counter.counter) : CGB_ABSENT;
   r->pids_limit =
-      have_pids_limit() ? BPF_CORE_READ(pids, limit.counter) : ABSENT;
+      have_pids_limit() ? BPF_CORE_READ(pids, limit.counter) : CGB_ABSENT;
 }
 
 #define READ_CPUMASK(dst, cs, field)                                           \
@@ -341,8 +356,8 @@ static __always_inline void fill_pids(struct record *r, struct cgroup *cgrp) {
     const void *mask = 0;                                                      \
     if (size > bpf_core_type_size(struct cpumask))                             \
       size = bpf_core_type_size(struct cpumask);                               \
-    if (size > CPU_WORDS * 8)                                                  \
-      size = CPU_WORDS * 8;                                                    \
+    if (size > CGB_CPU_WORDS * 8)                                              \
+      size = CGB_CPU_WORDS * 8;                                                \
     if (bpf_core_field_exists(((struct cpuset___ptr *)(cs))->field))           \
       mask = BPF_CORE_READ((struct cpuset___ptr *)(cs), field);                \
     else if (bpf_core_field_exists(((struct cpuset___embedded *)(cs))->field)) \
@@ -352,13 +367,14 @@ static __always_inline void fill_pids(struct record *r, struct cgroup *cgrp) {
       bpf_probe_read_kernel(dst, size, mask);                                  \
   } while (0)
 
-static __always_inline void fill_cpuset(struct record *r, struct cgroup *cgrp) {
+static __always_inline void fill_cpuset(struct cgroup_bpf_record *r,
+                                        struct cgroup *cgrp) {
   struct cpuset___local *cs = OWN_CSS(cgrp, cpuset);
 
   if (!cs)
     return;
-  r->flags |= HAS_CPUSET;
-  for (int i = 0; i < CPU_WORDS; i++)
+  r->flags |= CGB_HAS_CPUSET;
+  for (int i = 0; i < CGB_CPU_WORDS; i++)
     r->cpus[i] = r->cpus_effective[i] = 0;
   READ_CPUMASK(r->cpus, cs, cpus_allowed);
   READ_CPUMASK(r->cpus_effective, cs, effective_cpus);
@@ -369,7 +385,7 @@ static __always_inline void fill_cpuset(struct record *r, struct cgroup *cgrp) {
 }
 
 #define EVENT_OPT(key, event) event##___opt,
-enum memcg_memory_event___opt { MEMCG_EVENTS(EVENT_OPT) };
+enum memcg_memory_event___opt { CGB_MEMCG_EVENTS(EVENT_OPT) };
 
 /* Reads the array at SRC (the CO-RE field named after it) into scratch;
  * the items read, 0 if the read failed. */
@@ -382,38 +398,40 @@ enum memcg_memory_event___opt { MEMCG_EVENTS(EVENT_OPT) };
   })
 
 /* From a memory_events array in scratch (N items): an event this kernel
- * does not count (sock_throttled is new) is ABSENT. */
+ * does not count (sock_throttled is new) is CGB_ABSENT. */
 #define EVENT(key, event)                                                      \
   {                                                                            \
-    __u32 i =                                                                  \
-        bpf_core_enum_value(enum memcg_memory_event___opt, event##___opt);     \
-    dst[EV_##key] = bpf_core_enum_value_exists(enum memcg_memory_event___opt,  \
-                                               event##___opt) &&               \
-                            i < n                                              \
-                        ? scratch[i & (SCRATCH_LONGS - 1)]                     \
-                        : ABSENT;                                              \
+    dst[CGB_EV_##key] = CGB_ABSENT;                                            \
+    if (bpf_core_enum_value_exists(enum memcg_memory_event___opt,              \
+                                   event##___opt)) {                           \
+      __u32 i = ENUM_VALUE(enum memcg_memory_event___opt, event##___opt);      \
+                                                                               \
+      if (i < n)                                                               \
+        dst[CGB_EV_##key] = scratch[i & (SCRATCH_LONGS - 1)];                  \
+    }                                                                          \
   }
 
 /* Member `field` of page counter `pc`, if the kernel has both. */
 #define COUNTER(memcg, pc, field)                                              \
   (have_memcg_##pc() && have_page_counter_##field()                            \
        ? BPF_CORE_READ((struct page_counter___local *)&(memcg)->pc, field)     \
-       : ABSENT)
+       : CGB_ABSENT)
 
 /* The usage of page counter `pc` (an atomic_long_t). */
 #define USAGE(memcg, pc)                                                       \
   (have_memcg_##pc() && have_page_counter_usage()                              \
        ? BPF_CORE_READ((struct page_counter___local *)&(memcg)->pc,            \
                        usage.counter)                                          \
-       : ABSENT)
+       : CGB_ABSENT)
 
 /* Page counters and event arrays need no flush: read them by CO-RE. */
-static __always_inline void fill_memcg(struct record *r, struct cgroup *cgrp) {
+static __always_inline void fill_memcg(struct cgroup_bpf_record *r,
+                                       struct cgroup *cgrp) {
   struct mem_cgroup___local *memcg = OWN_CSS(cgrp, memory);
 
   if (!memcg)
     return;
-  r->flags |= HAS_MEMCG;
+  r->flags |= CGB_HAS_MEMCG;
   r->mem_usage = USAGE(memcg, memory);
   r->swap_usage = USAGE(memcg, swap);
   r->mem_min = COUNTER(memcg, memory, min);
@@ -422,31 +440,31 @@ static __always_inline void fill_memcg(struct record *r, struct cgroup *cgrp) {
   r->mem_max = COUNTER(memcg, memory, max);
   r->swap_max = COUNTER(memcg, swap, max);
   r->zswap_max =
-      have_memcg_zswap_max() ? BPF_CORE_READ(memcg, zswap_max) : ABSENT;
+      have_memcg_zswap_max() ? BPF_CORE_READ(memcg, zswap_max) : CGB_ABSENT;
   r->zswap_writeback = have_memcg_zswap_writeback()
                            ? BPF_CORE_READ(memcg, zswap_writeback)
-                           : ABSENT;
+                           : CGB_ABSENT;
   /* Since 4.19: every kernel with cgroup iterators has it. */
   r->mem_oom_group = BPF_CORE_READ(memcg, oom_group) ? 1 : 0;
   if (have_memcg_events()) {
     __u64 *dst = r->events;
     __u32 n = READ_ARRAY(&memcg->memory_events, memcg->memory_events);
 
-    MEMCG_EVENTS(EVENT)
+    CGB_MEMCG_EVENTS(EVENT)
   }
   if (have_memcg_events_local()) {
     __u64 *dst = r->events_local;
     __u32 n =
         READ_ARRAY(&memcg->memory_events_local, memcg->memory_events_local);
 
-    MEMCG_EVENTS(EVENT)
+    CGB_MEMCG_EVENTS(EVENT)
   }
 }
 
 /* A memory.stat item from whichever of the kernel's enums has it (items
  * come, go and move between these enums across versions: pgscan's parts
  * are vm events in 6.x, node stats in 7.x): the memcg kfunc of that enum,
- * ABSENT where none has it. The enums are flavors declared where they are
+ * CGB_ABSENT where none has it. The enums are flavors declared where they are
  * read, one per item and enum (enum node_stat_item___NR_SHMEM):
  * same-named one-item flavors would be merged into one type. */
 #define STAT(name)                                                             \
@@ -454,50 +472,52 @@ static __always_inline void fill_memcg(struct record *r, struct cgroup *cgrp) {
     enum node_stat_item___##name{name##___node};                               \
     enum memcg_stat_item___##name{name##___memcg};                             \
     enum vm_event_item___##name{name##___event};                               \
-    bpf_core_enum_value_exists(enum node_stat_item___##name, name##___node)    \
-        ? bpf_mem_cgroup_page_state(                                           \
-              m, bpf_core_enum_value(enum node_stat_item___##name,             \
-                                     name##___node))                           \
-    : bpf_core_enum_value_exists(enum memcg_stat_item___##name,                \
-                                 name##___memcg)                               \
-        ? bpf_mem_cgroup_page_state(                                           \
-              m, bpf_core_enum_value(enum memcg_stat_item___##name,            \
-                                     name##___memcg))                          \
-    : bpf_core_enum_value_exists(enum vm_event_item___##name, name##___event)  \
-        ? bpf_mem_cgroup_vm_events(                                            \
-              m, bpf_core_enum_value(enum vm_event_item___##name,              \
-                                     name##___event))                          \
-        : ABSENT;                                                              \
+    __u64 v = CGB_ABSENT;                                                      \
+                                                                               \
+    if (bpf_core_enum_value_exists(enum node_stat_item___##name,               \
+                                   name##___node))                             \
+      v = bpf_mem_cgroup_page_state(                                           \
+          m, ENUM_VALUE(enum node_stat_item___##name, name##___node));         \
+    else if (bpf_core_enum_value_exists(enum memcg_stat_item___##name,         \
+                                        name##___memcg))                       \
+      v = bpf_mem_cgroup_page_state(                                           \
+          m, ENUM_VALUE(enum memcg_stat_item___##name, name##___memcg));       \
+    else if (bpf_core_enum_value_exists(enum vm_event_item___##name,           \
+                                        name##___event))                       \
+      v = bpf_mem_cgroup_vm_events(                                            \
+          m, ENUM_VALUE(enum vm_event_item___##name, name##___event));         \
+    v;                                                                         \
   })
 
-/* `expr` if the kernel's enum vm_event_item has `event`, else ABSENT (see
- * MEMSTAT_KEYS). A flavor per event, as in STAT. */
+/* `expr` if the kernel's enum vm_event_item has `event`, else CGB_ABSENT (see
+ * CGB_MEMSTAT_KEYS). A flavor per event, as in STAT. */
 #define IF_EVENT(event, expr)                                                  \
   ({                                                                           \
     enum vm_event_item___if_##event{event##___if};                             \
     bpf_core_enum_value_exists(enum vm_event_item___if_##event, event##___if)  \
         ? (expr)                                                               \
-        : ABSENT;                                                              \
+        : CGB_ABSENT;                                                          \
   })
 
-/* `expr` where memory.stat prints hugetlb, else ABSENT (see MEMSTAT_KEYS). */
-#define IF_HUGETLB(expr) (hugetlb_accounting ? (expr) : ABSENT)
+/* `expr` where memory.stat prints hugetlb, else CGB_ABSENT (see
+ * CGB_MEMSTAT_KEYS). */
+#define IF_HUGETLB(expr) (hugetlb_accounting ? (expr) : CGB_ABSENT)
 
-/* A sum as the kernel prints it: parts it lacks count as zero; ABSENT
+/* A sum as the kernel prints it: parts it lacks count as zero; CGB_ABSENT
  * only when it has none. */
 static __always_inline __u64 add(__u64 a, __u64 b) {
-  return a == ABSENT ? b : b == ABSENT ? a : a + b;
+  return a == CGB_ABSENT ? b : b == CGB_ABSENT ? a : a + b;
 }
 
 /* memory.stat through the memcg kfuncs: the same memcg_page_state_output()
  * the text uses, so the units match. */
-static __always_inline void fill_memstat(struct record *r,
+static __always_inline void fill_memstat(struct cgroup_bpf_record *r,
                                          struct mem_cgroup *m) {
   __u64 *s = r->memstat;
 
-  r->flags |= HAS_MEMSTAT;
-#define FILL(key, expr) s[MS_##key] = (expr);
-  MEMSTAT_KEYS(FILL)
+  r->flags |= CGB_HAS_MEMSTAT;
+#define FILL(key, expr) s[CGB_MS_##key] = (expr);
+  CGB_MEMSTAT_KEYS(FILL)
 #undef FILL
 }
 
@@ -505,38 +525,38 @@ static __always_inline void fill_memstat(struct record *r,
 static __always_inline void flush_at_walk_root(struct cgroup *cgrp) {
   __u32 feat = 0;
 
-  if (kfuncs & KF_BPF_CGROUP_RSTAT_FLUSH) {
+  if (kfuncs & CGB_KF_BPF_CGROUP_RSTAT_FLUSH) {
     bpf_cgroup_rstat_flush(cgrp);
-    feat |= FEAT_CPU_FLUSH;
-  } else if (kfuncs & KF_CGROUP_RSTAT_FLUSH) {
+    feat |= CGB_FEAT_CPU_FLUSH;
+  } else if (kfuncs & CGB_KF_CGROUP_RSTAT_FLUSH) {
     cgroup_rstat_flush(cgrp);
-    feat |= FEAT_CPU_FLUSH;
-  } else if (kfuncs & KF_CSS_RSTAT_FLUSH) {
+    feat |= CGB_FEAT_CPU_FLUSH;
+  } else if (kfuncs & CGB_KF_CSS_RSTAT_FLUSH) {
     css_rstat_flush(&cgrp->self);
-    feat |= FEAT_CPU_FLUSH;
+    feat |= CGB_FEAT_CPU_FLUSH;
   }
   if (have_memcg_kfuncs()) {
     struct mem_cgroup *m = bpf_get_mem_cgroup(&cgrp->self);
 
-    feat |= FEAT_MEMCG_KFUNCS;
+    feat |= CGB_FEAT_MEMCG_KFUNCS;
     if (m) {
       /* The flush a read of memory.stat does; else the memcg's own css
        * (css_rstat_flush() above flushed the cgroup's self css only). */
-      if (kfuncs & KF_MEMCG_FLUSH)
+      if (kfuncs & CGB_KF_MEMCG_FLUSH)
         bpf_mem_cgroup_flush_stats(m);
-      else if (kfuncs & KF_CSS_RSTAT_FLUSH)
+      else if (kfuncs & CGB_KF_CSS_RSTAT_FLUSH)
         css_rstat_flush(&m->css);
       bpf_put_mem_cgroup(m);
     }
   }
   pass.features = feat;
-#define FACT_BIT(fact, ...) | (have_##fact() ? 1ULL << FACT_##fact : 0)
-  pass.facts = 0 KERNEL_FACTS(FACT_BIT);
+#define FACT_BIT(fact, ...) | (have_##fact() ? 1ULL << CGB_FACT_##fact : 0)
+  pass.facts = 0 CGB_KERNEL_FACTS(FACT_BIT);
 }
 
 /* The next record of the pass, at index pass.nr_cgroups; NULL past the map's
  * capacity (counted: user space grows the map). */
-static __always_inline struct record *next_record(void) {
+static __always_inline struct cgroup_bpf_record *next_record(void) {
   __u32 idx = pass.nr_cgroups++;
 
   return bpf_map_lookup_elem(&records, &idx);
@@ -554,7 +574,7 @@ static __u64 visit_cgroup SEC(".data.visit");
 /* Every group of the record read by CO-RE (all but memory.stat's), of the
  * cgroup at `visit_cgroup`. A global function: the verifier checks it once,
  * not again for each caller and each step of the walk under RCU. */
-__noinline int fill_groups(struct record *r) {
+__noinline int cgroup_bpf_fill_groups(struct cgroup_bpf_record *r) {
   struct cgroup *cgrp = (void *)visit_cgroup;
 
   if (!r)
@@ -568,14 +588,15 @@ __noinline int fill_groups(struct record *r) {
   return 0;
 }
 
-/* Every group of the record. Too big to clear whole: each HAS_* group is
+/* Every group of the record. Too big to clear whole: each CGB_HAS_* group is
  * written in full when its flag is set, and user space reads nothing else.
  * `css`: the cgroup's own (self) css, a pointer the kfuncs accept. */
-static __always_inline void fill_record(struct record *r, struct cgroup *cgrp,
+static __always_inline void fill_record(struct cgroup_bpf_record *r,
+                                        struct cgroup *cgrp,
                                         struct cgroup_subsys_state *css) {
   visit_cgroup = (__u64)cgrp;
-  fill_groups(r);
-  if (have_memcg_kfuncs() && (r->flags & HAS_MEMCG)) {
+  cgroup_bpf_fill_groups(r);
+  if (have_memcg_kfuncs() && (r->flags & CGB_HAS_MEMCG)) {
     struct mem_cgroup *m = bpf_get_mem_cgroup(css);
 
     if (m) {
@@ -715,7 +736,7 @@ static __always_inline void start_full(void) {}
 /* FULL: every group of every cgroup. */
 static __noinline int visit_full(struct cgroup *cgrp,
                                  struct cgroup_subsys_state *css) {
-  struct record *r = next_record();
+  struct cgroup_bpf_record *r = next_record();
 
   if (r)
     fill_record(r, cgrp, css);

@@ -30,54 +30,54 @@
 #define CGROUP_BPF_RECORD_H
 
 /* A value the kernel does not have (config, version): shown as None. */
-#define ABSENT (~0ULL)
+#define CGB_ABSENT (~0ULL)
 
 /* cpuset masks: 512 CPUs, 64 memory nodes; larger machines use text. */
-#define CPU_WORDS 8
+#define CGB_CPU_WORDS 8
 
 /* A bit per entry, in list order: enum NAME_bit (positions) and
  * enum NAME_flag (masks). */
-#define BIT_POS(name) name##_BIT,
-#define BIT_MASK(name) name = 1U << name##_BIT,
+#define CGB_BIT_POS(name) name##_BIT,
+#define CGB_BIT_MASK(name) name = 1U << name##_BIT,
 /* clang-format off */
-#define BITS(list, tag)                                                       \
-  enum tag##_bit { list(BIT_POS) };                                           \
-  enum tag##_flag { list(BIT_MASK) }
+#define CGB_BITS(list, tag)                                                       \
+  enum tag##_bit { list(CGB_BIT_POS) };                                           \
+  enum tag##_flag { list(CGB_BIT_MASK) }
 /* clang-format on */
 
 /* Which controllers' state the cgroup has (its own css): record.flags. */
-#define HAS_FLAGS(X)                                                           \
-  X(HAS_MEMCG)                                                                 \
-  X(HAS_MEMSTAT)                                                               \
-  X(HAS_CPU)                                                                   \
-  X(HAS_PIDS)                                                                  \
-  X(HAS_CPUSET)                                                                \
-  X(HAS_BSTAT)
-BITS(HAS_FLAGS, has);
+#define CGB_HAS_FLAGS(X)                                                       \
+  X(CGB_HAS_MEMCG)                                                             \
+  X(CGB_HAS_MEMSTAT)                                                           \
+  X(CGB_HAS_CPU)                                                               \
+  X(CGB_HAS_PIDS)                                                              \
+  X(CGB_HAS_CPUSET)                                                            \
+  X(CGB_HAS_BSTAT)
+CGB_BITS(CGB_HAS_FLAGS, cgroup_bpf_has);
 
 /* What the running kernel let the last pass do (global `features`). */
-#define FEAT_FLAGS(X)                                                          \
-  X(FEAT_CPU_FLUSH)                                                            \
-  X(FEAT_MEMCG_KFUNCS)
-BITS(FEAT_FLAGS, feat);
+#define CGB_FEAT_FLAGS(X)                                                      \
+  X(CGB_FEAT_CPU_FLUSH)                                                        \
+  X(CGB_FEAT_MEMCG_KFUNCS)
+CGB_BITS(CGB_FEAT_FLAGS, cgroup_bpf_feat);
 
 /* Kfuncs user space found in the running kernel's BTF (rodata `kfuncs`):
  * bpf_ksym_exists() on a kfunc needs 6.3+, so the check is done there.
- * One of the rstat flushes (kernel.rs's RSTAT_FLUSHES); KF_MEMCG: the memcg
+ * One of the rstat flushes (kernel.rs's RSTAT_FLUSHES); CGB_KF_MEMCG: the memcg
  * kfuncs memory.stat reads through, and a way to flush memcg;
- * KF_MEMCG_FLUSH: bpf_mem_cgroup_flush_stats(). */
-#define KF_FLAGS(X)                                                            \
-  X(KF_BPF_CGROUP_RSTAT_FLUSH)                                                 \
-  X(KF_CGROUP_RSTAT_FLUSH)                                                     \
-  X(KF_CSS_RSTAT_FLUSH)                                                        \
-  X(KF_MEMCG)                                                                  \
-  X(KF_MEMCG_FLUSH)
-BITS(KF_FLAGS, kf);
+ * CGB_KF_MEMCG_FLUSH: bpf_mem_cgroup_flush_stats(). */
+#define CGB_KF_FLAGS(X)                                                        \
+  X(CGB_KF_BPF_CGROUP_RSTAT_FLUSH)                                             \
+  X(CGB_KF_CGROUP_RSTAT_FLUSH)                                                 \
+  X(CGB_KF_CSS_RSTAT_FLUSH)                                                    \
+  X(CGB_KF_MEMCG)                                                              \
+  X(CGB_KF_MEMCG_FLUSH)
+CGB_BITS(CGB_KF_FLAGS, cgroup_bpf_kf);
 
 /* cgroup.controllers names: our own bit per controller (record
  * .controllers, .subtree_control), independent of the kernel's subsys ids,
  * which differ by config. */
-#define CONTROLLERS(X)                                                         \
+#define CGB_CONTROLLERS(X)                                                     \
   X(cpuset)                                                                    \
   X(cpu)                                                                       \
   X(io)                                                                        \
@@ -87,19 +87,19 @@ BITS(KF_FLAGS, kf);
   X(rdma)                                                                      \
   X(misc)                                                                      \
   X(dmem)
-#define CTRL_ENUM(name) CTRL_##name,
-enum ctrl_bit { CONTROLLERS(CTRL_ENUM) NR_CTRL };
+#define CGB_CTRL_ENUM(name) CGB_CTRL_##name,
+enum cgroup_bpf_ctrl_bit { CGB_CONTROLLERS(CGB_CTRL_ENUM) CGB_NR_CTRL };
 
 /* What the program reads beyond the basics every kernel with cgroup
  * iterators has, as kernel config and version make it come and go:
  * X(fact, KIND, type, name). The program checks each by CO-RE before
  * reading through it and reports the ones this kernel has (global `facts`,
- * bit FACT_fact); user space sends the files that need a missing one to
+ * bit CGB_FACT_fact); user space sends the files that need a missing one to
  * plain read (contract.rs says which). KIND: FIELD, member
  * `name` of struct `type` (C reads it through the flavor type___local);
  * CPUMASK, the same as a cpumask_var_t in either of its shapes; ENUMVAL,
  * value `name` of enum `type` (flavor type___local, name___local). */
-#define KERNEL_FACTS(X)                                                        \
+#define CGB_KERNEL_FACTS(X)                                                    \
   X(cpu_ctrl, ENUMVAL, cgroup_subsys_id, cpu_cgrp_id)                          \
   X(cpu_shares, FIELD, task_group, shares)                                     \
   X(cpu_bandwidth, FIELD, task_group, cfs_bandwidth)                           \
@@ -128,10 +128,10 @@ enum ctrl_bit { CONTROLLERS(CTRL_ENUM) NR_CTRL };
   X(page_counter_max, FIELD, page_counter, max)                                \
   X(memcg_events, FIELD, mem_cgroup, memory_events)                            \
   X(memcg_events_local, FIELD, mem_cgroup, memory_events_local)
-#define FACT_ENUM(fact, kind, type, name) FACT_##fact,
-enum fact_bit { KERNEL_FACTS(FACT_ENUM) NR_FACTS };
+#define CGB_FACT_ENUM(fact, kind, type, name) CGB_FACT_##fact,
+enum cgroup_bpf_fact_bit { CGB_KERNEL_FACTS(CGB_FACT_ENUM) CGB_NR_FACTS };
 
-/* memory.stat keys below keeps: record.memstat[MS_key], filled with the
+/* memory.stat keys below keeps: record.memstat[CGB_MS_key], filled with the
  * expression in fill_memstat() (`m` the memcg, `s` the slots; parts filled
  * earlier in the list may be summed). STAT(ITEM): the item from whichever
  * of enum node_stat_item, memcg_stat_item, vm_event_item the kernel has it
@@ -142,7 +142,7 @@ enum fact_bit { KERNEL_FACTS(FACT_ENUM) NR_FACTS };
  * are under the same #ifdefs. IF_HUGETLB(expr): absent unless the cgroup2
  * mount accounts hugetlb to memcg (memory_hugetlb_accounting, which user
  * space reads from the mount options: rodata `hugetlb_accounting`). */
-#define MEMSTAT_KEYS(X)                                                        \
+#define CGB_MEMSTAT_KEYS(X)                                                    \
   X(anon, STAT(NR_ANON_MAPPED))                                                \
   X(file, STAT(NR_FILE_PAGES))                                                 \
   X(kernel, STAT(MEMCG_KMEM))                                                  \
@@ -166,7 +166,7 @@ enum fact_bit { KERNEL_FACTS(FACT_ENUM) NR_FACTS };
   X(hugetlb, IF_HUGETLB(STAT(NR_HUGETLB)))                                     \
   X(slab_reclaimable, STAT(NR_SLAB_RECLAIMABLE_B))                             \
   X(slab_unreclaimable, STAT(NR_SLAB_UNRECLAIMABLE_B))                         \
-  X(slab, add(s[MS_slab_reclaimable], s[MS_slab_unreclaimable]))               \
+  X(slab, add(s[CGB_MS_slab_reclaimable], s[CGB_MS_slab_unreclaimable]))       \
   X(pgfault, STAT(PGFAULT))                                                    \
   X(pgmajfault, STAT(PGMAJFAULT))                                              \
   X(workingset_refault_anon, STAT(WORKINGSET_REFAULT_ANON))                    \
@@ -188,22 +188,22 @@ enum fact_bit { KERNEL_FACTS(FACT_ENUM) NR_FACTS };
   X(pglazyfreed, STAT(PGLAZYFREED))                                            \
   X(thp_fault_alloc, STAT(THP_FAULT_ALLOC))                                    \
   X(thp_collapse_alloc, STAT(THP_COLLAPSE_ALLOC))
-#define MS_ENUM(key, expr) MS_##key,
-enum memstat_slot { MEMSTAT_KEYS(MS_ENUM) NR_MS };
+#define CGB_MS_ENUM(key, expr) CGB_MS_##key,
+enum cgroup_bpf_memstat_slot { CGB_MEMSTAT_KEYS(CGB_MS_ENUM) CGB_NR_MS };
 
-/* memory.events keys: record.events[EV_key] and .events_local[EV_key]
+/* memory.events keys: record.events[CGB_EV_key] and .events_local[CGB_EV_key]
  * from `enum memcg_memory_event` EVENT. */
-#define MEMCG_EVENTS(X)                                                        \
+#define CGB_MEMCG_EVENTS(X)                                                    \
   X(low, MEMCG_LOW)                                                            \
   X(high, MEMCG_HIGH)                                                          \
   X(max, MEMCG_MAX)                                                            \
   X(oom, MEMCG_OOM)                                                            \
   X(oom_kill, MEMCG_OOM_KILL)                                                  \
   X(sock_throttled, MEMCG_SOCK_THROTTLED)
-#define EV_ENUM(key, event) EV_##key,
-enum memcg_event { MEMCG_EVENTS(EV_ENUM) NR_EVENTS };
+#define CGB_EV_ENUM(key, event) CGB_EV_##key,
+enum cgroup_bpf_memcg_event { CGB_MEMCG_EVENTS(CGB_EV_ENUM) CGB_NR_EVENTS };
 
-struct record {
+struct cgroup_bpf_record {
   unsigned long long id;
   unsigned long long parent_id;
   unsigned int level;
@@ -221,7 +221,7 @@ struct record {
   unsigned long long nr_periods;
   unsigned long long nr_throttled;
   unsigned long long throttled_ns;
-  /* cpu.weight (tg_weight, unscaled), cpu.max (ns, quota ABSENT = max) */
+  /* cpu.weight (tg_weight, unscaled), cpu.max (ns, quota CGB_ABSENT = max) */
   unsigned long long weight;
   unsigned long long quota_ns;
   unsigned long long period_ns;
@@ -237,16 +237,16 @@ struct record {
   unsigned long long mem_max;
   unsigned long long swap_max;
   unsigned long long zswap_max;
-  /* memory.zswap.writeback: 0 or 1, ABSENT where the kernel has none */
+  /* memory.zswap.writeback: 0 or 1, CGB_ABSENT where the kernel has none */
   unsigned long long zswap_writeback;
   /* memory.oom.group: 0 or 1 */
   unsigned long long mem_oom_group;
-  unsigned long long events[NR_EVENTS];
-  unsigned long long events_local[NR_EVENTS];
-  unsigned long long memstat[NR_MS];
+  unsigned long long events[CGB_NR_EVENTS];
+  unsigned long long events_local[CGB_NR_EVENTS];
+  unsigned long long memstat[CGB_NR_MS];
   /* cpuset */
-  unsigned long long cpus[CPU_WORDS];
-  unsigned long long cpus_effective[CPU_WORDS];
+  unsigned long long cpus[CGB_CPU_WORDS];
+  unsigned long long cpus_effective[CGB_CPU_WORDS];
   unsigned long long mems;
   unsigned long long mems_effective;
 };

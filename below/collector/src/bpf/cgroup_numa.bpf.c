@@ -8,7 +8,7 @@
 #include "cgroup_numa.h"
 
 #define NUMA_COUNT_FLAG(name) +1
-_Static_assert(0 HAS_FLAGS(NUMA_COUNT_FLAG) <= HAS_PSI_BIT &&
+_Static_assert(0 CGB_HAS_FLAGS(NUMA_COUNT_FLAG) <= HAS_PSI_BIT &&
                    HAS_PSI_QUEUED_BIT < HAS_NUMA_BIT,
                "record flags overlap");
 
@@ -74,7 +74,7 @@ static __always_inline void start_numa(void) {
 
 /* The rows of the cgroup at `visit_cgroup` (record `r` at `idx`), clamped
  * like lruvec_page_state(). Global: checked once. */
-__noinline int fill_numa(struct record *r, __u32 idx) {
+__noinline int fill_numa(struct cgroup_bpf_record *r, __u32 idx) {
   struct cgroup *cgrp = (void *)visit_cgroup;
   struct mem_cgroup___numa *memcg;
   __u32 nodeinfo, state, n;

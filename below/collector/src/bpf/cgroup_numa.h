@@ -50,8 +50,8 @@
 #define NUMA_ENUM(key) NUMA_##key,
 enum numa_item { NUMA_ITEMS(NUMA_ENUM) NR_NUMA_STATS };
 
-/* The record's flag past cgroup_bpf_record.h's HAS_FLAGS and cgroup_psi.h's:
- * the record's rows in map `numa` are written. */
+/* The record's flag past cgroup_bpf_record.h's CGB_HAS_FLAGS and
+ * cgroup_psi.h's: the record's rows in map `numa` are written. */
 #define HAS_NUMA_BIT 18
 enum numa_has { HAS_NUMA = 1U << HAS_NUMA_BIT };
 

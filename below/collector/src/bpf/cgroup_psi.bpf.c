@@ -19,8 +19,8 @@ struct {
 } pressure SEC(".maps");
 
 #define PSI_COUNT_FLAG(name) +1
-_Static_assert(0 HAS_FLAGS(PSI_COUNT_FLAG) <= HAS_PSI_BIT,
-               "cgroup_bpf_record.h's HAS_FLAGS reach the pressure bits");
+_Static_assert(0 CGB_HAS_FLAGS(PSI_COUNT_FLAG) <= HAS_PSI_BIT,
+               "cgroup_bpf_record.h's CGB_HAS_FLAGS reach the pressure bits");
 
 /* psi_group.total is [aggregator][state], avg is [state][3] and
  * psi_group_cpu.times_prev is [aggregator][state]. Older pahole flattens
@@ -116,7 +116,7 @@ __u32 psi_no_clock SEC(".data.psi");
 
 /* __per_cpu_offset[] of the first CPUs, read once per pass: the per-CPU
  * pressure buckets of every cgroup are found with it. */
-#define CPU_OFFSETS (CPU_WORDS * 64)
+#define CPU_OFFSETS (CGB_CPU_WORDS * 64)
 __u64 cpu_offsets[CPU_OFFSETS] SEC(".data.psi");
 
 static __always_inline __u64 per_cpu_offset(__u32 cpu) {
@@ -253,7 +253,7 @@ static long psi_collect_cpu(__u64 cpu, void *data) {
 
 /* The pressure of the cgroup at `visit_cgroup` into its row of map
  * `pressure`, at the record's index. Global: checked once. */
-__noinline int fill_pressure(struct record *r, __u32 idx) {
+__noinline int fill_pressure(struct cgroup_bpf_record *r, __u32 idx) {
   struct cgroup *cgrp = (void *)visit_cgroup;
   struct psi_group___local *psi;
   struct psi_collect c = {};

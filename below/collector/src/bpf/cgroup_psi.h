@@ -24,7 +24,7 @@ enum psi_row { PSI_ROWS(PSI_ENUM) NR_PSI_ROWS };
 #define PSI_FEAT_FLAGS(X)                                                      \
   X(FEAT_PSI)                                                                  \
   X(FEAT_PSI_CLOCK)
-BITS(PSI_FEAT_FLAGS, psi_feat);
+CGB_BITS(PSI_FEAT_FLAGS, psi_feat);
 
 /* Why a pass has no clock for pressure (global `psi_no_clock`, 0 when it
  * has one): kernel symbols missing from kallsyms, HZ not dividing 10^6, a
@@ -34,8 +34,8 @@ BITS(PSI_FEAT_FLAGS, psi_feat);
 #define PSI_NO_RQ_CLOCK 3
 #define PSI_CPU_LAYOUT 4
 
-/* The record's flags past cgroup_bpf_record.h's HAS_FLAGS (which a pass clears
- * and sets from bit 0): the record's row in map `pressure` is written
+/* The record's flags past cgroup_bpf_record.h's CGB_HAS_FLAGS (which a pass
+ * clears and sets from bit 0): the record's row in map `pressure` is written
  * (HAS_PSI), and the kernel's aggregation worker was queued (HAS_PSI_QUEUED:
  * the per-CPU buckets were summed, which needs the clock). */
 #define HAS_PSI_BIT 16

@@ -43,13 +43,13 @@ pub(crate) use ::cgroup_bpf as skel;
 #[cfg(fbcode_build)]
 use ::cgroup_bpf_record as h;
 
-pub(crate) use h::record as Record;
+pub(crate) use h::cgroup_bpf_record as Record;
 pub(crate) use h::*;
 
 /// A value the kernel does not have (bindgen types a macro by its value:
 /// `~0ULL` comes as -1).
-pub(crate) const ABSENT: u64 = h::ABSENT as u64;
-pub(crate) const CPU_WORDS: usize = h::CPU_WORDS as usize;
+pub(crate) const ABSENT: u64 = h::CGB_ABSENT as u64;
+pub(crate) const CPU_WORDS: usize = h::CGB_CPU_WORDS as usize;
 
 /// Whether `list` (key, the constant's name, its value) is a C enum's
 /// entries `<prefix><key>` = 0, 1, ... `nr - 1`: each once, in order.
@@ -103,10 +103,10 @@ macro_rules! keyed_fields {
     };
 }
 
-/// memory.stat keys: `record.memstat[]` (`enum memstat_slot`).
+/// memory.stat keys: `record.memstat[]` (`enum cgroup_bpf_memstat_slot`).
 macro_rules! memstat_keys {
     ($($key:ident => $c:ident,)*) => {
-        check_c_enum!("MS_", NR_MS, $($key => $c),*);
+        check_c_enum!("CGB_MS_", CGB_NR_MS, $($key => $c),*);
         keyed_fields!(MemoryStat, fill_memory_stat, $($key)*);
         #[cfg(test)]
         pub(crate) const MEMSTAT_KEYS: &[&str] = &[$(stringify!($key),)*];
@@ -117,58 +117,58 @@ macro_rules! memstat_keys {
 macro_rules! memstat_keys_list {
     ($m:ident) => {
         $m! {
-            anon => MS_anon,
-            file => MS_file,
-            kernel => MS_kernel,
-            kernel_stack => MS_kernel_stack,
-            sock => MS_sock,
-            shmem => MS_shmem,
-            zswap => MS_zswap,
-            zswapped => MS_zswapped,
-            file_mapped => MS_file_mapped,
-            file_dirty => MS_file_dirty,
-            file_writeback => MS_file_writeback,
-            swapcached => MS_swapcached,
-            anon_thp => MS_anon_thp,
-            file_thp => MS_file_thp,
-            shmem_thp => MS_shmem_thp,
-            inactive_anon => MS_inactive_anon,
-            active_anon => MS_active_anon,
-            inactive_file => MS_inactive_file,
-            active_file => MS_active_file,
-            unevictable => MS_unevictable,
-            hugetlb => MS_hugetlb,
-            slab_reclaimable => MS_slab_reclaimable,
-            slab_unreclaimable => MS_slab_unreclaimable,
-            slab => MS_slab,
-            pgfault => MS_pgfault,
-            pgmajfault => MS_pgmajfault,
-            workingset_refault_anon => MS_workingset_refault_anon,
-            workingset_refault_file => MS_workingset_refault_file,
-            workingset_activate_anon => MS_workingset_activate_anon,
-            workingset_activate_file => MS_workingset_activate_file,
-            workingset_restore_anon => MS_workingset_restore_anon,
-            workingset_restore_file => MS_workingset_restore_file,
-            workingset_nodereclaim => MS_workingset_nodereclaim,
-            pgrefill => MS_pgrefill,
-            pgscan => MS_pgscan,
-            pgsteal => MS_pgsteal,
-            pgactivate => MS_pgactivate,
-            pgdeactivate => MS_pgdeactivate,
-            pglazyfree => MS_pglazyfree,
-            pglazyfreed => MS_pglazyfreed,
-            thp_fault_alloc => MS_thp_fault_alloc,
-            thp_collapse_alloc => MS_thp_collapse_alloc,
+            anon => CGB_MS_anon,
+            file => CGB_MS_file,
+            kernel => CGB_MS_kernel,
+            kernel_stack => CGB_MS_kernel_stack,
+            sock => CGB_MS_sock,
+            shmem => CGB_MS_shmem,
+            zswap => CGB_MS_zswap,
+            zswapped => CGB_MS_zswapped,
+            file_mapped => CGB_MS_file_mapped,
+            file_dirty => CGB_MS_file_dirty,
+            file_writeback => CGB_MS_file_writeback,
+            swapcached => CGB_MS_swapcached,
+            anon_thp => CGB_MS_anon_thp,
+            file_thp => CGB_MS_file_thp,
+            shmem_thp => CGB_MS_shmem_thp,
+            inactive_anon => CGB_MS_inactive_anon,
+            active_anon => CGB_MS_active_anon,
+            inactive_file => CGB_MS_inactive_file,
+            active_file => CGB_MS_active_file,
+            unevictable => CGB_MS_unevictable,
+            hugetlb => CGB_MS_hugetlb,
+            slab_reclaimable => CGB_MS_slab_reclaimable,
+            slab_unreclaimable => CGB_MS_slab_unreclaimable,
+            slab => CGB_MS_slab,
+            pgfault => CGB_MS_pgfault,
+            pgmajfault => CGB_MS_pgmajfault,
+            workingset_refault_anon => CGB_MS_workingset_refault_anon,
+            workingset_refault_file => CGB_MS_workingset_refault_file,
+            workingset_activate_anon => CGB_MS_workingset_activate_anon,
+            workingset_activate_file => CGB_MS_workingset_activate_file,
+            workingset_restore_anon => CGB_MS_workingset_restore_anon,
+            workingset_restore_file => CGB_MS_workingset_restore_file,
+            workingset_nodereclaim => CGB_MS_workingset_nodereclaim,
+            pgrefill => CGB_MS_pgrefill,
+            pgscan => CGB_MS_pgscan,
+            pgsteal => CGB_MS_pgsteal,
+            pgactivate => CGB_MS_pgactivate,
+            pgdeactivate => CGB_MS_pgdeactivate,
+            pglazyfree => CGB_MS_pglazyfree,
+            pglazyfreed => CGB_MS_pglazyfreed,
+            thp_fault_alloc => CGB_MS_thp_fault_alloc,
+            thp_collapse_alloc => CGB_MS_thp_collapse_alloc,
         }
     };
 }
 memstat_keys_list!(memstat_keys);
 
 /// memory.events keys: `record.events[]`, `.events_local[]`
-/// (`enum memcg_event`).
+/// (`enum cgroup_bpf_memcg_event`).
 macro_rules! memcg_events {
     ($($key:ident => $c:ident,)*) => {
-        check_c_enum!("EV_", NR_EVENTS, $($key => $c),*);
+        check_c_enum!("CGB_EV_", CGB_NR_EVENTS, $($key => $c),*);
         keyed_fields!(MemoryEvents, fill_memory_events, $($key)*);
         keyed_fields!(MemoryEventsLocal, fill_memory_events_local, $($key)*);
         #[cfg(test)]
@@ -180,34 +180,34 @@ macro_rules! memcg_events {
 macro_rules! memcg_events_list {
     ($m:ident) => {
         $m! {
-            low => EV_low,
-            high => EV_high,
-            max => EV_max,
-            oom => EV_oom,
-            oom_kill => EV_oom_kill,
-            sock_throttled => EV_sock_throttled,
+            low => CGB_EV_low,
+            high => CGB_EV_high,
+            max => CGB_EV_max,
+            oom => CGB_EV_oom,
+            oom_kill => CGB_EV_oom_kill,
+            sock_throttled => CGB_EV_sock_throttled,
         }
     };
 }
 memcg_events_list!(memcg_events);
 
-/// cgroup.controllers names by bit (`enum ctrl_bit`).
+/// cgroup.controllers names by bit (`enum cgroup_bpf_ctrl_bit`).
 macro_rules! controllers {
     ($($name:ident => $c:ident,)*) => {
-        check_c_enum!("CTRL_", NR_CTRL, $($name => $c),*);
+        check_c_enum!("CGB_CTRL_", CGB_NR_CTRL, $($name => $c),*);
         pub(crate) const CONTROLLERS: &[&str] = &[$(stringify!($name),)*];
     };
 }
 controllers! {
-    cpuset => CTRL_cpuset,
-    cpu => CTRL_cpu,
-    io => CTRL_io,
-    memory => CTRL_memory,
-    hugetlb => CTRL_hugetlb,
-    pids => CTRL_pids,
-    rdma => CTRL_rdma,
-    misc => CTRL_misc,
-    dmem => CTRL_dmem,
+    cpuset => CGB_CTRL_cpuset,
+    cpu => CGB_CTRL_cpu,
+    io => CGB_CTRL_io,
+    memory => CGB_CTRL_memory,
+    hugetlb => CGB_CTRL_hugetlb,
+    pids => CGB_CTRL_pids,
+    rdma => CGB_CTRL_rdma,
+    misc => CGB_CTRL_misc,
+    dmem => CGB_CTRL_dmem,
 }
 
 /// How the program checks a kernel fact (KERNEL_FACTS).
@@ -235,10 +235,10 @@ pub(crate) struct Fact {
     pub(crate) files: &'static str,
 }
 
-/// The kernel facts: bit FACT_fact of a pass's `facts` is KERNEL_FACTS[i].
+/// The kernel facts: bit CGB_FACT_fact of a pass's `facts` is KERNEL_FACTS[i].
 macro_rules! kernel_facts {
     ($($name:ident => $c:ident: $kind:ident, $ty:ident.$member:ident, $($files:literal)+,)*) => {
-        check_c_enum!("FACT_", NR_FACTS, $($name => $c),*);
+        check_c_enum!("CGB_FACT_", CGB_NR_FACTS, $($name => $c),*);
         pub(crate) const KERNEL_FACTS: &[Fact] = &[$(Fact {
             #[cfg(test)]
             name: stringify!($name),
@@ -250,44 +250,44 @@ macro_rules! kernel_facts {
     };
 }
 kernel_facts! {
-    cpu_ctrl => FACT_cpu_ctrl: Enumval, cgroup_subsys_id.cpu_cgrp_id, "cpu.weight cpu.max",
-    cpu_shares => FACT_cpu_shares: Field, task_group.shares, "cpu.weight",
-    cpu_bandwidth => FACT_cpu_bandwidth: Field, task_group.cfs_bandwidth, "cpu.max cpu.stat",
-    cfs_period => FACT_cfs_period: Field, cfs_bandwidth.period, "cpu.max",
-    cfs_quota => FACT_cfs_quota: Field, cfs_bandwidth.quota, "cpu.max",
-    cfs_nr_periods => FACT_cfs_nr_periods: Field, cfs_bandwidth.nr_periods, "cpu.stat",
-    cfs_nr_throttled => FACT_cfs_nr_throttled: Field, cfs_bandwidth.nr_throttled, "cpu.stat",
-    cfs_throttled_time => FACT_cfs_throttled_time: Field, cfs_bandwidth.throttled_time, "cpu.stat",
-    pids_ctrl => FACT_pids_ctrl: Enumval, cgroup_subsys_id.pids_cgrp_id, "pids.current pids.max",
-    pids_counter => FACT_pids_counter: Field, pids_cgroup.counter, "pids.current",
-    pids_limit => FACT_pids_limit: Field, pids_cgroup.limit, "pids.max",
-    cpuset_ctrl => FACT_cpuset_ctrl: Enumval, cgroup_subsys_id.cpuset_cgrp_id,
+    cpu_ctrl => CGB_FACT_cpu_ctrl: Enumval, cgroup_subsys_id.cpu_cgrp_id, "cpu.weight cpu.max",
+    cpu_shares => CGB_FACT_cpu_shares: Field, task_group.shares, "cpu.weight",
+    cpu_bandwidth => CGB_FACT_cpu_bandwidth: Field, task_group.cfs_bandwidth, "cpu.max cpu.stat",
+    cfs_period => CGB_FACT_cfs_period: Field, cfs_bandwidth.period, "cpu.max",
+    cfs_quota => CGB_FACT_cfs_quota: Field, cfs_bandwidth.quota, "cpu.max",
+    cfs_nr_periods => CGB_FACT_cfs_nr_periods: Field, cfs_bandwidth.nr_periods, "cpu.stat",
+    cfs_nr_throttled => CGB_FACT_cfs_nr_throttled: Field, cfs_bandwidth.nr_throttled, "cpu.stat",
+    cfs_throttled_time => CGB_FACT_cfs_throttled_time: Field, cfs_bandwidth.throttled_time, "cpu.stat",
+    pids_ctrl => CGB_FACT_pids_ctrl: Enumval, cgroup_subsys_id.pids_cgrp_id, "pids.current pids.max",
+    pids_counter => CGB_FACT_pids_counter: Field, pids_cgroup.counter, "pids.current",
+    pids_limit => CGB_FACT_pids_limit: Field, pids_cgroup.limit, "pids.max",
+    cpuset_ctrl => CGB_FACT_cpuset_ctrl: Enumval, cgroup_subsys_id.cpuset_cgrp_id,
         "cpuset.cpus cpuset.cpus.effective cpuset.mems cpuset.mems.effective",
-    cpuset_cpus => FACT_cpuset_cpus: Cpumask, cpuset.cpus_allowed, "cpuset.cpus",
-    cpuset_cpus_effective => FACT_cpuset_cpus_effective: Cpumask, cpuset.effective_cpus,
+    cpuset_cpus => CGB_FACT_cpuset_cpus: Cpumask, cpuset.cpus_allowed, "cpuset.cpus",
+    cpuset_cpus_effective => CGB_FACT_cpuset_cpus_effective: Cpumask, cpuset.effective_cpus,
         "cpuset.cpus.effective",
-    cpuset_mems => FACT_cpuset_mems: Field, cpuset.mems_allowed, "cpuset.mems",
-    cpuset_mems_effective => FACT_cpuset_mems_effective: Field, cpuset.effective_mems,
+    cpuset_mems => CGB_FACT_cpuset_mems: Field, cpuset.mems_allowed, "cpuset.mems",
+    cpuset_mems_effective => CGB_FACT_cpuset_mems_effective: Field, cpuset.effective_mems,
         "cpuset.mems.effective",
-    memory_ctrl => FACT_memory_ctrl: Enumval, cgroup_subsys_id.memory_cgrp_id,
+    memory_ctrl => CGB_FACT_memory_ctrl: Enumval, cgroup_subsys_id.memory_cgrp_id,
         "memory.current memory.stat memory.swap.current memory.min memory.low memory.high "
         "memory.max memory.swap.max memory.zswap.max memory.zswap.writeback memory.events "
         "memory.events.local",
-    memcg_memory => FACT_memcg_memory: Field, mem_cgroup.memory,
+    memcg_memory => CGB_FACT_memcg_memory: Field, mem_cgroup.memory,
         "memory.current memory.min memory.low memory.high memory.max",
-    memcg_swap => FACT_memcg_swap: Field, mem_cgroup.swap, "memory.swap.current memory.swap.max",
-    memcg_zswap_max => FACT_memcg_zswap_max: Field, mem_cgroup.zswap_max, "memory.zswap.max",
-    memcg_zswap_writeback => FACT_memcg_zswap_writeback: Field, mem_cgroup.zswap_writeback,
+    memcg_swap => CGB_FACT_memcg_swap: Field, mem_cgroup.swap, "memory.swap.current memory.swap.max",
+    memcg_zswap_max => CGB_FACT_memcg_zswap_max: Field, mem_cgroup.zswap_max, "memory.zswap.max",
+    memcg_zswap_writeback => CGB_FACT_memcg_zswap_writeback: Field, mem_cgroup.zswap_writeback,
         "memory.zswap.writeback",
-    page_counter_usage => FACT_page_counter_usage: Field, page_counter.usage,
+    page_counter_usage => CGB_FACT_page_counter_usage: Field, page_counter.usage,
         "memory.current memory.swap.current",
-    page_counter_min => FACT_page_counter_min: Field, page_counter.min, "memory.min",
-    page_counter_low => FACT_page_counter_low: Field, page_counter.low, "memory.low",
-    page_counter_high => FACT_page_counter_high: Field, page_counter.high, "memory.high",
-    page_counter_max => FACT_page_counter_max: Field, page_counter.max,
+    page_counter_min => CGB_FACT_page_counter_min: Field, page_counter.min, "memory.min",
+    page_counter_low => CGB_FACT_page_counter_low: Field, page_counter.low, "memory.low",
+    page_counter_high => CGB_FACT_page_counter_high: Field, page_counter.high, "memory.high",
+    page_counter_max => CGB_FACT_page_counter_max: Field, page_counter.max,
         "memory.max memory.swap.max",
-    memcg_events => FACT_memcg_events: Field, mem_cgroup.memory_events, "memory.events",
-    memcg_events_local => FACT_memcg_events_local: Field, mem_cgroup.memory_events_local,
+    memcg_events => CGB_FACT_memcg_events: Field, mem_cgroup.memory_events, "memory.events",
+    memcg_events_local => CGB_FACT_memcg_events_local: Field, mem_cgroup.memory_events_local,
         "memory.events.local",
 }
 const _: () = assert!(KERNEL_FACTS.len() <= 64, "facts is a u64");

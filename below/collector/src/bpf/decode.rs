@@ -93,7 +93,7 @@ impl Decoder {
     }
 }
 
-/// Whether the record holds the groups of `flag` (a HAS_* bit).
+/// Whether the record holds the groups of `flag` (a CGB_HAS_* bit).
 pub(crate) fn has(r: &Record, flag: u32) -> bool {
     r.flags & flag != 0
 }
@@ -162,7 +162,7 @@ pub(crate) fn cpu_stat(r: &Record, prev: &mut PrevCputime) -> CpuStat {
         *ours = cputime_adjust(r.usage_ns, r.utime_ns, r.stime_ns, start);
         *ours
     };
-    let extra = |v: u64| (r.flags & HAS_CPU != 0 && v != ABSENT).then_some(v);
+    let extra = |v: u64| (r.flags & CGB_HAS_CPU != 0 && v != ABSENT).then_some(v);
     CpuStat {
         usage_usec: Some(r.usage_ns / 1000),
         user_usec: Some(utime / 1000),

@@ -186,7 +186,7 @@ fn memstat_keys_against(root: &File, btf: &Path) -> BTreeSet<&'static str> {
         .unwrap_or_else(|| panic!("the program did not load: {cap:?}"));
     backend.program.run().expect("a pass");
     let r = &backend.program.loaded().records(1)[0];
-    if r.flags & HAS_MEMSTAT == 0 {
+    if r.flags & CGB_HAS_MEMSTAT == 0 {
         return BTreeSet::new();
     }
     (MEMSTAT_KEYS.iter().zip(r.memstat))

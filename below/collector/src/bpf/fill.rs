@@ -83,7 +83,7 @@ pub(crate) fn fill(
         .then(|| controllers(r.controllers, cgroup_controllers.take()));
     *cgroup_subtree_control = want(StatFile::CgroupSubtreeControl)
         .then(|| controllers(r.subtree_control, cgroup_subtree_control.take()));
-    *cpu_stat = (want(StatFile::CpuStat) && !root_text(StatFile::CpuStat) && has(HAS_BSTAT))
+    *cpu_stat = (want(StatFile::CpuStat) && !root_text(StatFile::CpuStat) && has(CGB_HAS_BSTAT))
         .then(|| decode::cpu_stat(r, prev));
     *pressure = psi
         .filter(|(pass, row)| {
@@ -93,15 +93,15 @@ pub(crate) fn fill(
                 && pass.exact(r, row)
         })
         .map(|(pass, row)| pass.pressure(row));
-    let pids = !root && has(HAS_PIDS);
+    let pids = !root && has(CGB_HAS_PIDS);
     *tids_current = (pids && want(StatFile::PidsCurrent)).then_some(r.pids_current);
     *tids_max = (pids && want(StatFile::PidsMax)).then(|| pids_max(r));
-    let cpu = !root && has(HAS_CPU);
+    let cpu = !root && has(CGB_HAS_CPU);
     *cpu_weight = (cpu && want(StatFile::CpuWeight)).then(|| decode::cpu_weight(r.weight));
     *cpu_max = (cpu && want(StatFile::CpuMax))
         .then(|| decode::cpu_max(r))
         .flatten();
-    let cpuset = |f| has(HAS_CPUSET) && want(f);
+    let cpuset = |f| has(CGB_HAS_CPUSET) && want(f);
     let cpus = |words: &[u64], old: Option<Cpuset>| match old {
         Some(o) if same_bits(&o.cpus, words, d.cpus) => o,
         _ => d.cpus(words),
@@ -119,12 +119,12 @@ pub(crate) fn fill(
     *cpuset_mems_effective = cpuset(StatFile::CpusetMemsEffective)
         .then(|| mems(r.mems_effective, cpuset_mems_effective.take()));
     *memory_stat =
-        (want(StatFile::MemoryStat) && has(HAS_MEMSTAT)).then(|| decode::memory_stat(r).into());
+        (want(StatFile::MemoryStat) && has(CGB_HAS_MEMSTAT)).then(|| decode::memory_stat(r).into());
     *memory_numa_stat = numa
         .filter(|_| want(StatFile::MemoryNumaStat) && has(HAS_NUMA))
         .map(|(pass, rows)| numa_stat_09(pass.numa.stat(rows, pass.memory_nodes, d.page_size)));
     // The memcg's page counters and event arrays.
-    let memcg = |f| !root && has(HAS_MEMCG) && want(f);
+    let memcg = |f| !root && has(CGB_HAS_MEMCG) && want(f);
     *memory_current = memcg(StatFile::MemoryCurrent).then(|| d.bytes(r.mem_usage));
     *memory_swap_current = memcg(StatFile::MemorySwapCurrent).then(|| d.bytes(r.swap_usage));
     *memory_min = memcg(StatFile::MemoryMin).then(|| d.limit(r.mem_min));
@@ -155,10 +155,10 @@ pub(crate) fn rank_value(
 ) -> Option<u64> {
     let has = |flag| has(r, flag) && r.level != 0;
     match by {
-        TopBy::Cpu => has(HAS_BSTAT).then_some(r.usage_ns / 1000),
+        TopBy::Cpu => has(CGB_HAS_BSTAT).then_some(r.usage_ns / 1000),
         // ABSENT: a kernel whose page counter the program cannot read.
         TopBy::Memory => {
-            (has(HAS_MEMCG) && r.mem_usage != ABSENT).then(|| r.mem_usage * d.page_size)
+            (has(CGB_HAS_MEMCG) && r.mem_usage != ABSENT).then(|| r.mem_usage * d.page_size)
         }
         TopBy::Pressure => pressure.filter(|_| has(HAS_PSI)).map(|p| {
             let t = PsiRows::from_fn(|i| p.total_ns[i] / 1000);

@@ -1,5 +1,5 @@
 //! A record as below 0.9's sample: which files appear (wanted, the
-//! record's HAS_* flags, the root). The values and units are decode::tests'.
+//! record's CGB_HAS_* flags, the root). The values and units are decode::tests'.
 
 use std::collections::BTreeSet;
 
@@ -105,7 +105,7 @@ fn full_record_serves_every_file() {
 #[test]
 fn absent_controllers_leave_files_empty() {
     let mut r = full();
-    r.flags = HAS_BSTAT;
+    r.flags = CGB_HAS_BSTAT;
     let s = sample(&decoder(), &r, FileSet::all(), &mut PrevCputime::new());
     // Without the cpu controller: cpu.stat's base fields only.
     let cpu = s.cpu_stat.unwrap();
@@ -193,7 +193,7 @@ fn fill_over_an_old_sample_is_a_fresh_sample() {
     r.subtree_control = 0;
     r.cpus_effective[0] ^= 1;
     r.mems ^= 1;
-    r.flags &= !(HAS_PSI | HAS_PIDS);
+    r.flags &= !(HAS_PSI | CGB_HAS_PIDS);
     s.io_stat = Some(Default::default());
     refill(&r, &mut s);
     assert_eq!(s.cgroup_subtree_control, Some(BTreeSet::new()));

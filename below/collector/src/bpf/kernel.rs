@@ -28,7 +28,7 @@ use super::layer::KernelBtf;
 
 /// What the program is told at load: nr_cpu_ids and nr_node_ids
 /// (cpumask/nodemask bits past them are not the kernel's to show, nor
-/// allocated for cpumasks), the KF_* kfuncs the kernel's BTF has, and
+/// allocated for cpumasks), the CGB_KF_* kfuncs the kernel's BTF has, and
 /// whether the pass may walk under RCU, or why not.
 #[derive(Clone, Copy)]
 pub(crate) struct LoadConfig {
@@ -84,9 +84,9 @@ const MEMCG_FLUSH: &str = "bpf_mem_cgroup_flush_stats";
 /// whole-cgroup ones (6.x; bpf_cgroup_rstat_flush on some fleet kernels)
 /// flush every controller, the per-css one (7.x) the css it is given.
 const RSTAT_FLUSHES: [(&str, u32); 3] = [
-    ("bpf_cgroup_rstat_flush", KF_BPF_CGROUP_RSTAT_FLUSH),
-    ("cgroup_rstat_flush", KF_CGROUP_RSTAT_FLUSH),
-    ("css_rstat_flush", KF_CSS_RSTAT_FLUSH),
+    ("bpf_cgroup_rstat_flush", CGB_KF_BPF_CGROUP_RSTAT_FLUSH),
+    ("cgroup_rstat_flush", CGB_KF_CGROUP_RSTAT_FLUSH),
+    ("css_rstat_flush", CGB_KF_CSS_RSTAT_FLUSH),
 ];
 
 /// What memory.stat needs that the kernel's BTF lacks: memcg kfuncs, or
@@ -138,17 +138,17 @@ fn unknown_controllers<'a>(ids: impl Iterator<Item = &'a str>) -> Vec<&'a str> {
         .collect()
 }
 
-/// KF_* bits for the kfuncs the running kernel's BTF declares, given
+/// CGB_KF_* bits for the kfuncs the running kernel's BTF declares, given
 /// what memory.stat lacks ([`lacking_memcg_kfuncs`]).
 fn kfuncs_in(btf: &KernelBtf, lacking_memcg: &[&str]) -> u32 {
     let mut bits = (RSTAT_FLUSHES.iter())
         .find(|(f, _)| btf.has_func(f))
         .map_or(0, |&(_, bit)| bit);
     if lacking_memcg.is_empty() {
-        bits |= KF_MEMCG;
+        bits |= CGB_KF_MEMCG;
     }
     if btf.has_func(MEMCG_FLUSH) {
-        bits |= KF_MEMCG_FLUSH;
+        bits |= CGB_KF_MEMCG_FLUSH;
     }
     bits
 }

@@ -130,7 +130,7 @@ impl BpfBackend {
         }
     }
 
-    /// The HAS_* groups a RANK pass reads to rank by `by`; None when the
+    /// The CGB_HAS_* groups a RANK pass reads to rank by `by`; None when the
     /// record does not hold the ranked value or the program does not rank
     /// (the caller ranks the table once the text files are in).
     pub(crate) fn rank_groups(&self, by: TopBy) -> Option<u32> {
@@ -138,8 +138,8 @@ impl BpfBackend {
             return None;
         }
         match by {
-            TopBy::Cpu => Some(contract::HAS_BSTAT),
-            TopBy::Memory => Some(contract::HAS_MEMCG),
+            TopBy::Cpu => Some(contract::CGB_HAS_BSTAT),
+            TopBy::Memory => Some(contract::CGB_HAS_MEMCG),
             TopBy::Pressure => Some(psi::HAS_PSI),
             TopBy::Io => None,
         }

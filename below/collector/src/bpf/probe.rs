@@ -74,7 +74,7 @@ pub(crate) struct Probed {
     /// Whether the cgroup2 mount accounts hugetlb to memcg is known (the
     /// record's memory.stat follows it), or why not.
     pub(crate) hugetlb_accounting: Result<(), String>,
-    /// The trial pass's FEAT_* bits.
+    /// The trial pass's CGB_FEAT_* bits.
     pub(crate) features: u32,
     /// The trial pass's KERNEL_FACTS bits.
     pub(crate) facts: u64,
@@ -252,7 +252,7 @@ pub(crate) fn support(found: &Probed) -> Support {
     if let Some(why) = numa_gap {
         never(StatFile::MemoryNumaStat, why, &mut files);
     }
-    if features & FEAT_CPU_FLUSH == 0 {
+    if features & CGB_FEAT_CPU_FLUSH == 0 {
         let why = NotServed::MissingKfunc(
             "css_rstat_flush (nor cgroup_rstat_flush, bpf_cgroup_rstat_flush)".to_owned(),
         );

@@ -54,7 +54,7 @@ fn full() -> Probed {
         controllers: Ok(()),
         swap_files: Ok(()),
         hugetlb_accounting: Ok(()),
-        features: FEAT_CPU_FLUSH | FEAT_MEMCG_KFUNCS,
+        features: CGB_FEAT_CPU_FLUSH | CGB_FEAT_MEMCG_KFUNCS,
         facts: (1 << KERNEL_FACTS.len()) - 1,
         psi: Ok(psi_with(FEAT_PSI | FEAT_PSI_CLOCK, 0)),
         walk: Walk::Rcu,
@@ -69,7 +69,7 @@ const NO_MEMCG_KFUNCS: &str =
 /// values either.
 fn no_memcg_kfuncs() -> Probed {
     Probed {
-        features: FEAT_CPU_FLUSH,
+        features: CGB_FEAT_CPU_FLUSH,
         numa_read: Ok(false),
         memcg_kfuncs: Err(NO_MEMCG_KFUNCS.to_owned()),
         ..full()

@@ -3,8 +3,8 @@
 //! a tree that may change between two passes of one sample.
 
 use super::*;
-use crate::bpf::contract::HAS_BSTAT;
-use crate::bpf::contract::HAS_PIDS;
+use crate::bpf::contract::CGB_HAS_BSTAT;
+use crate::bpf::contract::CGB_HAS_PIDS;
 
 #[derive(Clone, Copy)]
 struct Cgroup {
@@ -75,7 +75,7 @@ impl Model {
                 continue;
             }
             (r.id, r.parent_id, r.level) = (c.id, c.parent, c.level);
-            r.flags = HAS_BSTAT | HAS_PIDS;
+            r.flags = CGB_HAS_BSTAT | CGB_HAS_PIDS;
             r.usage_ns = c.value;
             r.pids_current = full_mark(c);
         }
@@ -174,7 +174,7 @@ fn ranked(m: &mut Model, view: &mut All, n: usize) -> Vec<u64> {
         m,
         view,
         Some(Rank {
-            groups: HAS_BSTAT,
+            groups: CGB_HAS_BSTAT,
             choose: &mut choose,
         }),
     )

@@ -44,7 +44,12 @@ pub(crate) fn full() -> Record {
         id: 42,
         parent_id: 1,
         level: 1,
-        flags: HAS_MEMCG | HAS_MEMSTAT | HAS_CPU | HAS_PIDS | HAS_CPUSET | HAS_BSTAT,
+        flags: CGB_HAS_MEMCG
+            | CGB_HAS_MEMSTAT
+            | CGB_HAS_CPU
+            | CGB_HAS_PIDS
+            | CGB_HAS_CPUSET
+            | CGB_HAS_BSTAT,
         controllers: 0b1010,
         subtree_control: 0b10,
         nr_descendants: 3,
