@@ -336,7 +336,7 @@ fn cgroup_id(dir: BorrowedFd) -> Result<u64> {
 pub(crate) struct Pass {
     /// Cgroups visited; may exceed the map's capacity.
     pub(crate) cgroups: u32,
-    /// FEAT_* bits.
+    /// CGB_FEAT_* bits.
     pub(crate) features: u32,
     /// Bit i: the kernel has KERNEL_FACTS[i].
     pub(crate) facts: u64,

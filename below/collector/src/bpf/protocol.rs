@@ -41,7 +41,7 @@ pub(crate) struct Rows<'a> {
 
 /// Runs passes and lends their records.
 pub(crate) trait Passes {
-    /// One pass of `mode` (PASS_*; `rank_groups`: the HAS_* groups a RANK
+    /// One pass of `mode` (PASS_*; `rank_groups`: the CGB_HAS_* groups a RANK
     /// pass reads) over every cgroup: the records grow to hold them (the
     /// wanted marks are lost then).
     fn run_all(&mut self, mode: u32, rank_groups: u32) -> Result<(Pass, Slots)>;
@@ -72,7 +72,7 @@ pub(crate) struct Sampled {
 /// The choice over the visible cgroups of a pass: keep or not, each.
 pub(crate) type Choose<'a, V> = dyn FnMut(&V, Rows<'_>, &Pass) -> Vec<bool> + 'a;
 
-/// How a sample ranks over the records: the HAS_* groups a RANK pass
+/// How a sample ranks over the records: the CGB_HAS_* groups a RANK pass
 /// reads, and the choice.
 pub(crate) struct Rank<'a, V> {
     pub(crate) groups: u32,
