@@ -146,7 +146,7 @@ fn verifier_verdict(log: &str) -> Option<String> {
 pub fn open_map<'o>(open: &'o mut OpenObject, name: &str) -> Result<OpenMapMut<'o>> {
     open.maps_mut()
         .find(|m| m.name().as_bytes() == name.as_bytes())
-        .with_context(|| format!("the BPF object has no map {name}"))
+        .with_context(|| format!("Failed to find map {name} in the BPF object"))
 }
 
 /// Sets the initial value of a data section (".rodata", ".data", ".bss")
@@ -159,10 +159,10 @@ pub fn set_data<T: Pod>(
     let mut map = open
         .maps_mut()
         .find(|m| is_section(m.name().as_bytes(), section))
-        .with_context(|| format!("the BPF object has no {section}"))?;
-    let bytes = map
-        .initial_value_mut()
-        .with_context(|| format!("the BPF object's {section} has no data"))?;
+        .with_context(|| format!("Failed to find {section} in the BPF object"))?;
+    let bytes = map.initial_value_mut().with_context(|| {
+        format!("Failed to read {section}: the BPF object holds no data for it")
+    })?;
     // The skeleton's type holds the section's globals, padded to its
     // alignment, which the section is not; statics (a printf's format)
     // may follow them.
@@ -195,14 +195,14 @@ fn is_section(map: &[u8], section: &str) -> bool {
 pub fn map<'o>(obj: &'o Object, name: &str) -> Result<Map<'o>> {
     obj.maps()
         .find(|m| m.name().as_bytes() == name.as_bytes() || is_section(m.name().as_bytes(), name))
-        .with_context(|| format!("the BPF object has no map {name}"))
+        .with_context(|| format!("Failed to find map {name} in the BPF object"))
 }
 
 /// A program of a loaded object, to attach.
 pub fn prog<'o>(obj: &'o Object, name: &str) -> Result<ProgramMut<'o>> {
     obj.progs_mut()
         .find(|p| p.name().as_bytes() == name.as_bytes())
-        .with_context(|| format!("the BPF object has no program {name}"))
+        .with_context(|| format!("Failed to find program {name} in the BPF object"))
 }
 
 /// Attaches `prog`, a task iterator (`iter.s/task`), to the one thread
@@ -232,7 +232,7 @@ pub fn run_iter(link: &Link, out: &mut Vec<u8>) -> Result<()> {
     // a program that prints nothing walks everything in one read(2),
     // which returns 0.
     const CHUNK: usize = 64 * 1024;
-    let mut it = Iter::new(link).context("BPF_ITER_CREATE failed")?;
+    let mut it = Iter::new(link).context("Failed to create a BPF iterator")?;
     loop {
         let len = out.len();
         out.resize(len + CHUNK, 0);
@@ -290,7 +290,7 @@ impl<T: Pod> MapView<T> {
                 .with_context(|| format!("Failed to mmap the map {name}"));
         }
         Ok(MapView {
-            ptr: NonNull::new(ptr.cast()).context("mmap returned NULL")?,
+            ptr: NonNull::new(ptr.cast()).context("Failed to map a BPF map: mmap returned NULL")?,
             entries,
             len,
         })
@@ -347,7 +347,7 @@ impl KernelBtf {
             }
         }
         let btf =
-            Btf::from_path(path).with_context(|| format!("cannot read {}", path.display()))?;
+            Btf::from_path(path).with_context(|| format!("Failed to read {}", path.display()))?;
         Ok(KernelBtf { btf })
     }
 

@@ -68,7 +68,10 @@ fn loads_runs_an_iterator_and_shares_its_maps() {
         assert!(counted / 3 > 1, "more than one task: {counted}");
     }
     let err = bstats_bpf::map(obj, "no_such_map").expect_err("no such map");
-    assert_eq!(err.to_string(), "the BPF object has no map no_such_map");
+    assert_eq!(
+        err.to_string(),
+        "Failed to find map no_such_map in the BPF object"
+    );
 }
 
 #[test]

@@ -568,7 +568,8 @@ static __always_inline struct cgroup_bpf_record *next_record(void) {
  * (BPF_CORE_READ), never as a trusted pointer; the caller keeps the
  * cgroup alive. Static, in a section of its own: libbpf makes a map
  * mmapable only for non-static variables, and a kernel pointer is not user
- * space's to see. */
+ * space's to see. Storing a pointer in a map value needs allow_ptr_leaks
+ * (CAP_PERFMON), which below, running as root, has. */
 static __u64 visit_cgroup SEC(".data.visit");
 
 /* Every group of the record read by CO-RE (all but memory.stat's), of the

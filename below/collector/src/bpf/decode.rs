@@ -33,7 +33,9 @@ use crate::MemoryEvents;
 use crate::MemoryEventsLocal;
 use crate::MemoryStat;
 
-/// `PID_MAX_LIMIT + 1` on 64-bit: pids.max prints "max" at or above it.
+/// `PID_MAX_LIMIT + 1` on 64-bit kernels without CONFIG_BASE_SMALL (the
+/// only ones the program is built and tested for): pids.max prints "max"
+/// at or above it.
 pub(crate) const PIDS_MAX: u64 = 4 * 1024 * 1024 + 1;
 /// cfs_bandwidth quota without a limit.
 pub(crate) const RUNTIME_INF: u64 = u64::MAX;

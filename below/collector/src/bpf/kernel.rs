@@ -141,7 +141,8 @@ fn unknown_controllers<'a>(ids: impl Iterator<Item = &'a str>) -> Vec<&'a str> {
 /// CGB_KF_* bits for the kfuncs the running kernel's BTF declares, given
 /// what memory.stat lacks ([`lacking_memcg_kfuncs`]).
 fn kfuncs_in(btf: &KernelBtf, lacking_memcg: &[&str]) -> u32 {
-    let mut bits = (RSTAT_FLUSHES.iter())
+    let mut bits = RSTAT_FLUSHES
+        .iter()
         .find(|(f, _)| btf.has_func(f))
         .map_or(0, |&(_, bit)| bit);
     if lacking_memcg.is_empty() {
@@ -162,9 +163,10 @@ impl LoadConfig {
     ) -> Result<Self> {
         Ok(LoadConfig {
             cpus: count_ids("/sys/devices/system/cpu/possible")?,
-            nodes: match numa {
-                true => count_ids("/sys/devices/system/node/possible")?,
-                false => 1,
+            nodes: if numa {
+                count_ids("/sys/devices/system/node/possible")?
+            } else {
+                1
             },
             kfuncs,
             rcu_walk,
@@ -176,7 +178,7 @@ impl LoadConfig {
 /// The ids a sysfs list ("0-3,8") allows: its last id + 1. An error, not a
 /// guess: the program would size its reads by it.
 fn count_ids(list: &str) -> Result<usize> {
-    let text = std::fs::read_to_string(list).with_context(|| format!("cannot read {list}"))?;
+    let text = std::fs::read_to_string(list).with_context(|| format!("Failed to read {list}"))?;
     ids_in(&text).with_context(|| format!("{list} is not a list of ids: {:?}", text.trim()))
 }
 
@@ -211,11 +213,12 @@ impl Kernel {
         let lacking_memcg_kfuncs = lacking_memcg_kfuncs(btf);
         let kfuncs = kfuncs_in(btf, &lacking_memcg_kfuncs);
         let config = LoadConfig::of_this_machine(kfuncs, numa, rcu_walk_in(btf))?;
-        let swap_files = match btf.has_func(SWAP_FUNC) {
-            true => Ok(()),
-            false => Err(anyhow!(
+        let swap_files = if btf.has_func(SWAP_FUNC) {
+            Ok(())
+        } else {
+            Err(anyhow!(
                 "kernel has no memory.swap.*, memory.zswap.* (CONFIG_SWAP: no {SWAP_FUNC} in BTF)"
-            )),
+            ))
         };
         Ok(Kernel {
             config,

@@ -128,12 +128,33 @@ pub(crate) struct Loaded {
     walk: Walk,
     /// BTF to relocate against instead of the running kernel's (tests).
     btf: Option<PathBuf>,
-    /// When growing the records map last failed.
-    grow_failed: Option<Instant>,
+    /// When growing the records map last failed, and for how many cgroups.
+    grow_failed: Option<(Instant, u32)>,
 }
 
-/// Records room at the first load; the map grows when a pass needs more.
+/// Records room at the first load where the tree's size cannot be read;
+/// the map grows when a pass needs more.
 pub(crate) const FIRST_CAPACITY: u32 = 256;
+
+/// Records room at the first load: for the tree under `root` as its
+/// cgroup.stat counts it, so that a host's first sample does not load the
+/// program twice (a verifier pass each).
+pub(crate) fn first_capacity(root: BorrowedFd) -> u32 {
+    let path = format!("/proc/self/fd/{}/cgroup.stat", root.as_raw_fd());
+    std::fs::read_to_string(path)
+        .ok()
+        .and_then(|stat| {
+            stat.lines().find_map(|l| {
+                l.strip_prefix("nr_descendants ")?
+                    .trim()
+                    .parse::<u32>()
+                    .ok()
+            })
+        })
+        .map_or(FIRST_CAPACITY, |descendants| {
+            capacity_for(descendants.saturating_add(1))
+        })
+}
 
 /// Records room for a tree of `cgroups`: a sixteenth and 64 more, so the
 /// kernel pins little past what the tree needs while a growing tree
@@ -148,8 +169,9 @@ impl Loaded {
     /// relocations against this BTF file, not the kernel's.
     pub(crate) fn first(root: BorrowedFd, config: LoadConfig, btf: Option<&Path>) -> Result<Self> {
         let btf = btf.map(Path::to_path_buf);
+        let capacity = first_capacity(root);
         Walk::first(config.rcu_walk, |walk| {
-            Self::new(root, FIRST_CAPACITY, config, walk, btf.clone())
+            Self::new(root, capacity, config, walk, btf.clone())
         })
     }
 
@@ -183,7 +205,7 @@ impl Loaded {
             found |= this;
             p.set_autoload(this);
         }
-        anyhow::ensure!(found, "the BPF object has no program {prog}");
+        anyhow::ensure!(found, "Failed to find program {prog} in the BPF object");
         let root_id = cgroup_id(root)?;
         layer::open_map(open, "records")?
             .set_max_entries(capacity)
@@ -289,14 +311,25 @@ pub(crate) const GROW_RETRY: Duration = Duration::from_secs(60);
 /// Runs a pass of `program` until one fits: when a pass saw more cgroups
 /// than the records map has room for (the tree grew), `reload` loads the
 /// program again with room for `cap` (from `loaded`, the [`Loaded`] it
-/// had) and the pass runs again. Where that failed, samples fail without
-/// trying again for [`GROW_RETRY`]. `T`: what else a pass gives.
+/// had) and the pass runs again. Where that failed, samples fail at once,
+/// without a pass, for [`GROW_RETRY`]. `T`: what else a pass gives.
 pub(crate) fn run_growing<P, T>(
     program: &mut P,
     loaded: fn(&mut P) -> &mut Loaded,
     mut run: impl FnMut(&mut P) -> Result<(Pass, T)>,
     reload: impl Fn(&Loaded, u32) -> Result<P>,
 ) -> Result<(Pass, T)> {
+    let had = loaded(program);
+    if let Some((at, cgroups)) = had.grow_failed.filter(|(at, _)| at.elapsed() < GROW_RETRY) {
+        bail!(
+            "the records map has room for {} of {} cgroups: growing it failed {}s ago, \
+             tried again {}s after",
+            had.capacity,
+            cgroups,
+            at.elapsed().as_secs(),
+            GROW_RETRY.as_secs()
+        );
+    }
     loop {
         let (pass, more) = run(program)?;
         let had = loaded(program);
@@ -304,21 +337,11 @@ pub(crate) fn run_growing<P, T>(
             return Ok((pass, more));
         }
         let cap = capacity_for(pass.cgroups);
-        if let Some(at) = had.grow_failed.filter(|at| at.elapsed() < GROW_RETRY) {
-            bail!(
-                "the records map has room for {} of {} cgroups: growing it failed {}s ago, \
-                 tried again {}s after",
-                had.capacity,
-                pass.cgroups,
-                at.elapsed().as_secs(),
-                GROW_RETRY.as_secs()
-            );
-        }
         match reload(had, cap) {
             Ok(grown) => *program = grown,
             Err(e) => {
-                had.grow_failed = Some(Instant::now());
-                return Err(e.context(format!("cannot grow the records map to {cap} cgroups")));
+                had.grow_failed = Some((Instant::now(), pass.cgroups));
+                return Err(e.context(format!("Failed to grow the records map to {cap} cgroups")));
             }
         }
     }
@@ -328,7 +351,7 @@ pub(crate) fn run_growing<P, T>(
 /// cgroup2 gives it).
 fn cgroup_id(dir: BorrowedFd) -> Result<u64> {
     let path = format!("/proc/self/fd/{}", dir.as_raw_fd());
-    let meta = std::fs::metadata(&path).context("cannot stat the cgroup root")?;
+    let meta = std::fs::metadata(&path).context("Failed to stat the cgroup root")?;
     Ok(meta.ino())
 }
 

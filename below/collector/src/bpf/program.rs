@@ -25,11 +25,11 @@ use super::kernel::LoadConfig;
 use super::layer;
 use super::layer::MapView;
 use super::layer::Pod;
+use super::load::first_capacity;
 use super::load::run_growing;
 use super::load::Loaded;
 use super::load::Pass;
 use super::load::Walk;
-use super::load::FIRST_CAPACITY;
 use super::numa::Numa;
 use super::numa::NumaRow;
 use super::protocol::Passes;
@@ -126,8 +126,9 @@ impl ForkLoaded {
     /// The first load, in the form [`Walk::first`] picks.
     pub(crate) fn first(root: BorrowedFd, config: ForkConfig, btf: Option<&Path>) -> Result<Self> {
         let btf = btf.map(Path::to_path_buf);
+        let capacity = first_capacity(root);
         Walk::first(config.core.rcu_walk, |walk| {
-            Self::new(root, FIRST_CAPACITY, config, walk, btf.clone())
+            Self::new(root, capacity, config, walk, btf.clone())
         })
     }
 

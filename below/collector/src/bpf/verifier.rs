@@ -253,7 +253,7 @@ pub fn verifier_stats(root: &Path, loads: usize) -> Result<VerifierStats> {
     }
     Ok(VerifierStats {
         kernel: std::fs::read_to_string("/proc/sys/kernel/osrelease")
-            .context("cannot read /proc/sys/kernel/osrelease")?
+            .context("Failed to read /proc/sys/kernel/osrelease")?
             .trim()
             .to_owned(),
         cpus_possible: core.cpus,
@@ -313,7 +313,7 @@ fn verifier_log(
         let mut p = open
             .progs_mut()
             .find(|p| p.name() == prog)
-            .with_context(|| format!("the BPF object has no program {prog}"))?;
+            .with_context(|| format!("Failed to find program {prog} in the BPF object"))?;
         p.set_log_level(BPF_LOG_STATS);
         // SAFETY: an opened program; libbpf keeps the pointer and writes
         // at most `size` bytes to it during the load, which `log` outlives.

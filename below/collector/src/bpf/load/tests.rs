@@ -28,9 +28,10 @@ fn first(rcu_walk: Result<(), &'static str>, refused: &[&str]) -> (Vec<Walk>, Re
     let got = Walk::first(rcu_walk, |walk| {
         tried.borrow_mut().push(walk.clone());
         let name = walk.program("pass");
-        match refused.contains(&name.as_str()) {
-            true => Err(anyhow!("verifier refused {name}")),
-            false => Ok(walk),
+        if refused.contains(&name.as_str()) {
+            Err(anyhow!("verifier refused {name}"))
+        } else {
+            Ok(walk)
         }
     });
     (tried.into_inner(), got)
