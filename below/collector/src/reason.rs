@@ -47,6 +47,8 @@ pub enum NotServed {
     NoForkProgram(String),
     /// More CPUs than a record's cpumask holds.
     TooManyCpus,
+    /// sysfs does not list the possible CPUs or nodes (this file).
+    NoPossibleIds(String),
     /// More memory nodes than a record's nodemask holds.
     TooManyNodes,
     /// No cgroup PSI (CONFIG_PSI) or an unknown psi_group layout (as the
@@ -81,6 +83,7 @@ impl fmt::Display for NotServed {
             }
             NotServed::TooManyCpus => f.write_str("more CPUs than a record holds"),
             NotServed::TooManyNodes => f.write_str("more nodes than a record holds"),
+            NotServed::NoPossibleIds(list) => write!(f, "cannot read the possible ids from {list}"),
             NotServed::NoStreamFile(file) => write!(f, "the kernel has no {file}.stream"),
         }
     }

@@ -42,9 +42,10 @@ pub(crate) const RUNTIME_INF: u64 = u64::MAX;
 
 /// What decoding needs besides the record: the load config.
 pub(crate) struct Decoder {
-    /// nr_cpu_ids, nr_node_ids: mask bits past them are not shown.
-    pub(crate) cpus: usize,
-    pub(crate) nodes: usize,
+    /// nr_cpu_ids, nr_node_ids: mask bits past them are not shown; None
+    /// where sysfs does not list them.
+    pub(crate) cpus: Option<usize>,
+    pub(crate) nodes: Option<usize>,
     pub(crate) page_size: u64,
 }
 
@@ -61,18 +62,21 @@ impl Decoder {
         }
     }
 
-    /// cpuset.cpus(.effective) from its mask words.
-    pub(crate) fn cpus(&self, words: &[u64]) -> Cpuset {
-        Cpuset {
-            cpus: bits(words, self.cpus),
-        }
+    /// cpuset.cpus(.effective) from its mask words; None where the
+    /// record cannot tell (CPUs unknown, or more than it holds).
+    pub(crate) fn cpus(&self, words: &[u64]) -> Option<Cpuset> {
+        let cpus = self.cpus.filter(|&n| n <= CPU_WORDS * 64)?;
+        Some(Cpuset {
+            cpus: bits(words, cpus),
+        })
     }
 
-    /// cpuset.mems(.effective) from its mask.
-    pub(crate) fn mems(&self, word: u64) -> MemNodes {
-        MemNodes {
-            nodes: bits(&[word], self.nodes),
-        }
+    /// cpuset.mems(.effective) from its mask; None as for [`Self::cpus`].
+    pub(crate) fn mems(&self, word: u64) -> Option<MemNodes> {
+        let nodes = self.nodes.filter(|&n| n <= 64)?;
+        Some(MemNodes {
+            nodes: bits(&[word], nodes),
+        })
     }
 
     /// Bytes of a page counter (pages), or -1 for "max" (PAGE_COUNTER_MAX).

@@ -102,22 +102,28 @@ pub(crate) fn fill(
         .then(|| decode::cpu_max(r))
         .flatten();
     let cpuset = |f| has(CGB_HAS_CPUSET) && want(f);
-    let cpus = |words: &[u64], old: Option<Cpuset>| match old {
-        Some(o) if same_bits(&o.cpus, words, d.cpus) => o,
+    // Served only where the masks are known to fit (probe), so the
+    // decoder always tells them.
+    let cpus = |words: &[u64], old: Option<Cpuset>| match (old, d.cpus) {
+        (Some(o), Some(n)) if same_bits(&o.cpus, words, n) => Some(o),
         _ => d.cpus(words),
     };
-    let mems = |word: u64, old: Option<MemNodes>| match old {
-        Some(o) if same_bits(&o.nodes, &[word], d.nodes) => o,
+    let mems = |word: u64, old: Option<MemNodes>| match (old, d.nodes) {
+        (Some(o), Some(n)) if same_bits(&o.nodes, &[word], n) => Some(o),
         _ => d.mems(word),
     };
-    *cpuset_cpus =
-        (cpuset(StatFile::CpusetCpus) && !root).then(|| cpus(&r.cpus, cpuset_cpus.take()));
+    *cpuset_cpus = (cpuset(StatFile::CpusetCpus) && !root)
+        .then(|| cpus(&r.cpus, cpuset_cpus.take()))
+        .flatten();
     *cpuset_cpus_effective = cpuset(StatFile::CpusetCpusEffective)
-        .then(|| cpus(&r.cpus_effective, cpuset_cpus_effective.take()));
-    *cpuset_mems =
-        (cpuset(StatFile::CpusetMems) && !root).then(|| mems(r.mems, cpuset_mems.take()));
+        .then(|| cpus(&r.cpus_effective, cpuset_cpus_effective.take()))
+        .flatten();
+    *cpuset_mems = (cpuset(StatFile::CpusetMems) && !root)
+        .then(|| mems(r.mems, cpuset_mems.take()))
+        .flatten();
     *cpuset_mems_effective = cpuset(StatFile::CpusetMemsEffective)
-        .then(|| mems(r.mems_effective, cpuset_mems_effective.take()));
+        .then(|| mems(r.mems_effective, cpuset_mems_effective.take()))
+        .flatten();
     *memory_stat =
         (want(StatFile::MemoryStat) && has(CGB_HAS_MEMSTAT)).then(|| decode::memory_stat(r).into());
     *memory_numa_stat = numa

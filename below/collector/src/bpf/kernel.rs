@@ -32,8 +32,10 @@ use super::layer::KernelBtf;
 /// whether the pass may walk under RCU, or why not.
 #[derive(Clone, Copy)]
 pub(crate) struct LoadConfig {
-    pub(crate) cpus: usize,
-    pub(crate) nodes: usize,
+    /// None where sysfs does not list them (no /sys in a container): what
+    /// needs them (the cpuset masks) is left to the files.
+    pub(crate) cpus: Option<usize>,
+    pub(crate) nodes: Option<usize>,
     pub(crate) kfuncs: u32,
     pub(crate) rcu_walk: std::result::Result<(), &'static str>,
     /// Whether memory.stat prints hugetlb (the cgroup2 mount's
@@ -160,20 +162,24 @@ impl LoadConfig {
         kfuncs: u32,
         numa: bool,
         rcu_walk: std::result::Result<(), &'static str>,
-    ) -> Result<Self> {
-        Ok(LoadConfig {
-            cpus: count_ids("/sys/devices/system/cpu/possible")?,
+    ) -> Self {
+        LoadConfig {
+            cpus: count_ids(CPUS_POSSIBLE).ok(),
             nodes: if numa {
-                count_ids("/sys/devices/system/node/possible")?
+                count_ids(NODES_POSSIBLE).ok()
             } else {
-                1
+                Some(1)
             },
             kfuncs,
             rcu_walk,
             hugetlb_accounting: false,
-        })
+        }
     }
 }
+
+/// The possible CPUs and NUMA nodes, as sysfs lists them.
+pub(crate) const CPUS_POSSIBLE: &str = "/sys/devices/system/cpu/possible";
+pub(crate) const NODES_POSSIBLE: &str = "/sys/devices/system/node/possible";
 
 /// The ids a sysfs list ("0-3,8") allows: its last id + 1. An error, not a
 /// guess: the program would size its reads by it.
@@ -206,13 +212,12 @@ pub(crate) struct Kernel {
 }
 
 impl Kernel {
-    /// What the kernel's BTF (or a file standing for it) says; an error
-    /// where sysfs does not give the CPU or node ids.
+    /// What the kernel's BTF (or a file standing for it) says.
     pub(crate) fn read(btf: &KernelBtf) -> Result<Self> {
         let numa = btf.enum_values("numa_stat_item").is_some();
         let lacking_memcg_kfuncs = lacking_memcg_kfuncs(btf);
         let kfuncs = kfuncs_in(btf, &lacking_memcg_kfuncs);
-        let config = LoadConfig::of_this_machine(kfuncs, numa, rcu_walk_in(btf))?;
+        let config = LoadConfig::of_this_machine(kfuncs, numa, rcu_walk_in(btf));
         let swap_files = if btf.has_func(SWAP_FUNC) {
             Ok(())
         } else {

@@ -214,7 +214,9 @@ impl Loaded {
             .set_max_entries(capacity)
             .context("Failed to size the walk_ids map")?;
         layer::set_data(open, ".rodata", |rodata: &mut Rodata| {
-            rodata.cpumask_bytes = (config.cpus.div_ceil(64) * 8).min(CPU_WORDS * 8) as u32;
+            // Unknown: the masks go to the files, but the program reads them.
+            let words = config.cpus.map_or(CPU_WORDS, |cpus| cpus.div_ceil(64));
+            rodata.cpumask_bytes = (words.min(CPU_WORDS) * 8) as u32;
             rodata.kfuncs = config.kfuncs;
             rodata.walk_root_id = root_id;
             rodata.hugetlb_accounting = config.hugetlb_accounting.into();

@@ -7,6 +7,8 @@ use std::path::Path;
 use super::contract::*;
 use super::kernel::swap_files_this_boot;
 use super::kernel::Kernel;
+use super::kernel::CPUS_POSSIBLE;
+use super::kernel::NODES_POSSIBLE;
 use super::layer::KernelBtf;
 use super::load::Walk;
 use super::numa::NumaKernel;
@@ -53,9 +55,10 @@ fn missing(fact: &Fact) -> NotServed {
 /// are a function of it alone ([`support`]).
 #[derive(Clone, Debug)]
 pub(crate) struct Probed {
-    /// This machine's possible CPUs and NUMA nodes.
-    pub(crate) cpus: usize,
-    pub(crate) nodes: usize,
+    /// This machine's possible CPUs and NUMA nodes (None: sysfs does not
+    /// list them).
+    pub(crate) cpus: Option<usize>,
+    pub(crate) nodes: Option<usize>,
     /// CONFIG_NUMA: memory.numa_stat exists.
     pub(crate) has_numa_stat: bool,
     /// Whether BTF tells where memory.numa_stat's values are, or why not.
@@ -114,7 +117,7 @@ pub(crate) fn probe_with(root_fd: BorrowedFd, btf: Option<&Path>) -> Probe {
     config.hugetlb_accounting = *hugetlb_accounting.as_ref().unwrap_or(&false);
     let config = ForkConfig {
         core: config,
-        numa: numa.config(nodes),
+        numa: nodes.and_then(|n| numa.config(n)),
     };
     let (mut program, no_fork) = match Program::first(root_fd, config, btf) {
         Ok(p) => p,
@@ -214,25 +217,30 @@ pub(crate) fn support(found: &Probed) -> Support {
     }
     if !has_numa_stat {
         never(StatFile::MemoryNumaStat, NotServed::NoNumaStat, &mut files);
-    } else if nodes > NUMA_NODES {
-        let why = NotServed::TooManyNumaNodes(NUMA_NODES);
+    } else if nodes.is_none_or(|n| n > NUMA_NODES) {
+        let why = match nodes {
+            None => NotServed::NoPossibleIds(NODES_POSSIBLE.to_owned()),
+            Some(_) => NotServed::TooManyNumaNodes(NUMA_NODES),
+        };
         never(StatFile::MemoryNumaStat, why, &mut files);
     }
-    if cpus > CPU_WORDS * 64 {
-        never(StatFile::CpusetCpus, NotServed::TooManyCpus, &mut files);
-        never(
-            StatFile::CpusetCpusEffective,
-            NotServed::TooManyCpus,
-            &mut files,
-        );
+    let cpus_gap = match cpus {
+        None => Some(NotServed::NoPossibleIds(CPUS_POSSIBLE.to_owned())),
+        Some(n) if n > CPU_WORDS * 64 => Some(NotServed::TooManyCpus),
+        Some(_) => None,
+    };
+    if let Some(why) = cpus_gap {
+        never(StatFile::CpusetCpus, why.clone(), &mut files);
+        never(StatFile::CpusetCpusEffective, why, &mut files);
     }
-    if nodes > 64 {
-        never(StatFile::CpusetMems, NotServed::TooManyNodes, &mut files);
-        never(
-            StatFile::CpusetMemsEffective,
-            NotServed::TooManyNodes,
-            &mut files,
-        );
+    let nodes_gap = match nodes {
+        None => Some(NotServed::NoPossibleIds(NODES_POSSIBLE.to_owned())),
+        Some(n) if n > 64 => Some(NotServed::TooManyNodes),
+        Some(_) => None,
+    };
+    if let Some(why) = nodes_gap {
+        never(StatFile::CpusetMems, why.clone(), &mut files);
+        never(StatFile::CpusetMemsEffective, why, &mut files);
     }
     // The loader lets the pass use the memcg kfuncs where BTF has all.
     let no_memcg_kfuncs =
@@ -266,6 +274,10 @@ pub(crate) fn support(found: &Probed) -> Support {
     // Without the clock only, BPF still serves the groups whose files need
     // none (PsiPass::exact) and the rest are read per cgroup.
     let (psi_gap, no_clock) = match &found.psi {
+        _ if cpus.is_none() => (
+            Some(NotServed::NoPossibleIds(CPUS_POSSIBLE.to_owned())),
+            None,
+        ),
         Err(why) => (Some(NotServed::NoPsi(why.clone())), None),
         Ok(p) => match p.left_to_files() {
             None => (None, None),

@@ -8,6 +8,8 @@ use std::fs::File;
 use std::os::fd::AsFd;
 
 use super::contract::*;
+use super::kernel::CPUS_POSSIBLE;
+use super::kernel::NODES_POSSIBLE;
 use super::load::Walk;
 use super::numa::NUMA_NODES;
 use super::probe::probe_with;
@@ -45,8 +47,8 @@ fn psi_with(features: u32, no_clock: u32) -> PsiPass {
 /// A kernel with every fact and feature (Debian 7.3 on a small machine).
 fn full() -> Probed {
     Probed {
-        cpus: 2,
-        nodes: 1,
+        cpus: Some(2),
+        nodes: Some(1),
         has_numa_stat: true,
         numa_layout: Ok(()),
         numa_read: Ok(true),
@@ -403,7 +405,7 @@ fn config_and_machine_limits() {
         &[(MemoryNumaStat, Read, &[Not(Bpf, NotServed::NoNumaStat)])],
     );
     let many_nodes = Probed {
-        nodes: NUMA_NODES + 1,
+        nodes: Some(NUMA_NODES + 1),
         ..full()
     };
     let p = plan(BackendChoice::Auto, Ok(&many_nodes), false);
@@ -419,8 +421,8 @@ fn config_and_machine_limits() {
         ],
     );
     let many_cpus = Probed {
-        cpus: CPU_WORDS * 64 + 1,
-        nodes: 65,
+        cpus: Some(CPU_WORDS * 64 + 1),
+        nodes: Some(65),
         ..full()
     };
     let p = plan(BackendChoice::Auto, Ok(&many_cpus), false);
@@ -430,6 +432,37 @@ fn config_and_machine_limits() {
     for f in [CpusetMems, CpusetMemsEffective] {
         check(&p, &[(f, Read, &[Not(Bpf, NotServed::TooManyNodes)])]);
     }
+
+    // No /sys in a container: what needs the ids goes to the files, the
+    // rest stays with BPF.
+    let no_ids = Probed {
+        cpus: None,
+        nodes: None,
+        ..full()
+    };
+    let p = plan(BackendChoice::Auto, Ok(&no_ids), false);
+    let cpus = NotServed::NoPossibleIds(CPUS_POSSIBLE.to_owned());
+    let nodes = NotServed::NoPossibleIds(NODES_POSSIBLE.to_owned());
+    for f in [
+        CpusetCpus,
+        CpusetCpusEffective,
+        CpuPressure,
+        IoPressure,
+        MemoryPressure,
+    ] {
+        check(&p, &[(f, Read, &[Not(Bpf, cpus.clone())])]);
+    }
+    for f in [CpusetMems, CpusetMemsEffective, MemoryNumaStat] {
+        check(&p, &[(f, Read, &[Not(Bpf, nodes.clone())])]);
+    }
+    check(
+        &p,
+        &[
+            (MemoryStat, Bpf, &[]),
+            (CpuStat, Bpf, &[]),
+            (PidsMax, Bpf, &[]),
+        ],
+    );
 }
 
 #[test]

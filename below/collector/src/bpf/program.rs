@@ -172,7 +172,8 @@ impl ForkLoaded {
             })?;
         }
         layer::set_data(open, ".rodata.psi", |r: &mut RodataPsi| {
-            r.nr_cpus = config.core.cpus as u32;
+            // Unknown: pressure is left to the files (probe).
+            r.nr_cpus = config.core.cpus.unwrap_or(0) as u32;
         })
     }
 

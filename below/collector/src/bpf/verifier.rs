@@ -26,6 +26,7 @@ use libbpf_rs::OpenObject;
 
 use super::contract::skel::CgroupBpfSkelBuilder;
 use super::kernel::Kernel;
+use super::kernel::CPUS_POSSIBLE;
 use super::layer;
 use super::layer::KernelBtf;
 pub use super::layer::ProgInfo;
@@ -218,7 +219,7 @@ pub fn verifier_stats(root: &Path, loads: usize) -> Result<VerifierStats> {
     core.hugetlb_accounting = crate::mount::hugetlb_accounting()?;
     let config = ForkConfig {
         core,
-        numa: NumaKernel::read(&btf).config(core.nodes),
+        numa: core.nodes.and_then(|n| NumaKernel::read(&btf).config(n)),
     };
     let mut forms = Vec::new();
     for whose in [Whose::BelowMain, Whose::Fork] {
@@ -256,7 +257,9 @@ pub fn verifier_stats(root: &Path, loads: usize) -> Result<VerifierStats> {
             .context("Failed to read /proc/sys/kernel/osrelease")?
             .trim()
             .to_owned(),
-        cpus_possible: core.cpus,
+        cpus_possible: core
+            .cpus
+            .with_context(|| format!("Failed to read the possible CPUs from {CPUS_POSSIBLE}"))?,
         cpus_online: std::fs::read_to_string("/sys/devices/system/cpu/online")
             .ok()
             .and_then(|l| cpu_count(&l))

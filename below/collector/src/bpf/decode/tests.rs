@@ -26,8 +26,8 @@ pub(crate) const PAGE: u64 = 4096;
 
 pub(crate) fn decoder() -> Decoder {
     Decoder {
-        cpus: 4,
-        nodes: 2,
+        cpus: Some(4),
+        nodes: Some(2),
         page_size: PAGE,
     }
 }
@@ -115,10 +115,10 @@ fn full_record_decodes_in_the_files_units() {
     assert_eq!((max.max_usec, max.period_usec), (50_000, 100_000));
 
     assert_eq!(pids_max(&r), 100);
-    assert_eq!(d.cpus(&r.cpus).cpus, set(&[0, 1])); // bit 4 >= nr_cpu_ids
-    assert_eq!(d.cpus(&r.cpus_effective).cpus, set(&[0]));
-    assert_eq!(d.mems(r.mems).nodes, set(&[0, 1]));
-    assert_eq!(d.mems(r.mems_effective).nodes, set(&[0])); // node 2 >= nr_node_ids
+    assert_eq!(d.cpus(&r.cpus).unwrap().cpus, set(&[0, 1])); // bit 4 >= nr_cpu_ids
+    assert_eq!(d.cpus(&r.cpus_effective).unwrap().cpus, set(&[0]));
+    assert_eq!(d.mems(r.mems).unwrap().nodes, set(&[0, 1]));
+    assert_eq!(d.mems(r.mems_effective).unwrap().nodes, set(&[0])); // node 2 >= nr_node_ids
 
     let ms = memory_stat(&r);
     assert_eq!(ms.anon, Some(100 + slot(MEMSTAT_KEYS, "anon") as u64));
@@ -210,4 +210,27 @@ fn converts_kernel_encodings() {
         controller_names(0b1010),
         BTreeSet::from(["cpu".to_owned(), "memory".to_owned()])
     );
+}
+
+/// Masks the record cannot tell are None, for the files to give: CPUs or
+/// nodes sysfs does not list, or more than the record holds.
+#[test]
+fn masks_it_cannot_tell_are_none() {
+    let words = [1u64; CPU_WORDS];
+    for (cpus, nodes) in [(None, None), (Some(CPU_WORDS * 64 + 1), Some(65))] {
+        let d = Decoder {
+            cpus,
+            nodes,
+            ..decoder()
+        };
+        assert_eq!(d.cpus(&words), None, "{cpus:?}");
+        assert_eq!(d.mems(1), None, "{nodes:?}");
+    }
+    let d = Decoder {
+        cpus: Some(CPU_WORDS * 64),
+        nodes: Some(64),
+        ..decoder()
+    };
+    assert_eq!(d.cpus(&words).unwrap().cpus.len(), CPU_WORDS);
+    assert_eq!(d.mems(u64::MAX).unwrap().nodes.len(), 64);
 }
