@@ -135,20 +135,10 @@ fn loads_without_each_optional_fact() {
         "too few facts on this kernel"
     );
 
-    // Facts user space reads from BTF: no CONFIG_SWAP, no rstat kfunc, no
-    // memcg flush kfunc (memcg's css is flushed with css_rstat_flush()
-    // then: nothing more is read).
+    // Facts user space reads from BTF: no rstat kfunc, no memcg flush
+    // kfunc (memcg's css is flushed with css_rstat_flush() then: nothing
+    // more is read).
     for (e, files) in [
-        (
-            Edit::Func {
-                name: "__mem_cgroup_try_charge_swap",
-            },
-            &[
-                StatFile::MemorySwapCurrent,
-                StatFile::MemorySwapMax,
-                StatFile::MemoryZswapMax,
-            ][..],
-        ),
         (
             Edit::Func {
                 name: "css_rstat_flush",

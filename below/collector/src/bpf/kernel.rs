@@ -18,7 +18,6 @@
 use std::os::fd::AsRawFd;
 use std::os::fd::BorrowedFd;
 
-use anyhow::anyhow;
 use anyhow::bail;
 use anyhow::Context;
 use anyhow::Result;
@@ -193,10 +192,6 @@ fn ids_in(list: &str) -> Option<usize> {
     Some(last + 1)
 }
 
-/// A function of mm/memcontrol.c built only with CONFIG_SWAP, which also
-/// registers the memory.swap.* and memory.zswap.* files.
-pub(crate) const SWAP_FUNC: &str = "__mem_cgroup_try_charge_swap";
-
 /// What the running kernel's BTF says about the program's inputs.
 pub(crate) struct Kernel {
     /// What to load the program with.
@@ -206,9 +201,6 @@ pub(crate) struct Kernel {
     /// Ok when cgroup.controllers and .subtree_control can be served, else
     /// why not.
     pub(crate) controllers: Result<()>,
-    /// CONFIG_SWAP: memory.swap.* can exist (the boot may leave them
-    /// out: see [`swap_files_this_boot`]); else why not.
-    pub(crate) swap_files: Result<()>,
 }
 
 impl Kernel {
@@ -218,24 +210,17 @@ impl Kernel {
         let lacking_memcg_kfuncs = lacking_memcg_kfuncs(btf);
         let kfuncs = kfuncs_in(btf, &lacking_memcg_kfuncs);
         let config = LoadConfig::of_this_machine(kfuncs, numa, rcu_walk_in(btf));
-        let swap_files = if btf.has_func(SWAP_FUNC) {
-            Ok(())
-        } else {
-            Err(anyhow!(
-                "kernel has no memory.swap.*, memory.zswap.* (CONFIG_SWAP: no {SWAP_FUNC} in BTF)"
-            ))
-        };
         Ok(Kernel {
             config,
             lacking_memcg_kfuncs,
             controllers: controllers_in(btf),
-            swap_files,
         })
     }
 }
 
-/// Whether this boot has memory.swap.* and .zswap.* (swapaccount=0 or
-/// cgroup.memory=noswap leave them out on some kernels), from a cgroup
+/// Whether this boot has memory.swap.* and .zswap.* (a kernel without
+/// CONFIG_SWAP has none; swapaccount=0 or cgroup.memory=noswap leave them
+/// out on some kernels), from a cgroup
 /// under `root` with the memory controller: the files are the same in
 /// every such cgroup. When no cgroup tells (none has the controller, the
 /// root cannot be listed), the files are left to the reader, which shows
@@ -253,7 +238,8 @@ pub(crate) fn swap_files_this_boot(root: BorrowedFd) -> Result<()> {
             }
             let name = child.file_name();
             bail!(
-                "this boot has no memory.swap.* (none in {}: swapaccount=0 or cgroup.memory=noswap)",
+                "this boot has no memory.swap.* (none in {}: no CONFIG_SWAP, swapaccount=0 or \
+                 cgroup.memory=noswap)",
                 name.to_string_lossy()
             );
         }

@@ -5,7 +5,6 @@
 use super::btf_edit::edit;
 use super::btf_edit::Edit;
 
-use super::kernel::*;
 use super::layer::KernelBtf;
 use super::layer::VMLINUX_BTF as BTF_PATH;
 use super::numa::*;
@@ -117,14 +116,4 @@ fn numa_layout_by_names() {
     });
     let why = numa_layout(&edited(&e).unwrap()).unwrap_err().to_string();
     assert!(why.contains("expected"), "{why}");
-}
-
-#[test]
-fn swap_files_from_btf() {
-    let Some(dir) = edited_file(&[Edit::Func { name: SWAP_FUNC }]) else {
-        return;
-    };
-    let k = Kernel::read(&KernelBtf::open(Some(&dir.path().join("vmlinux"))).unwrap()).unwrap();
-    let why = k.swap_files.unwrap_err().to_string();
-    assert!(why.contains("CONFIG_SWAP"), "{why}");
 }

@@ -74,6 +74,9 @@ pub(crate) enum NoRcuWalk {
     Load(String),
 }
 
+/// The name of a CGROUP_PASS's walk under RCU: the pass's and this.
+const RCU_SUFFIX: &str = "_rcu";
+
 impl Walk {
     /// Loads the pass with `load` under RCU where the kernel has the
     /// kfuncs (`rcu_walk`) and the verifier takes it, else as the cgroup
@@ -95,7 +98,7 @@ impl Walk {
     /// The program of this form of `prog` (a CGROUP_PASS name).
     pub(crate) fn program(&self, prog: &str) -> String {
         match self {
-            Walk::Rcu => format!("{prog}_rcu"),
+            Walk::Rcu => format!("{prog}{RCU_SUFFIX}"),
             Walk::Locked(_) => prog.to_owned(),
         }
     }
@@ -210,8 +213,14 @@ impl Loaded {
         layer::open_map(open, "records")?
             .set_max_entries(capacity)
             .context("Failed to size the records map")?;
+        // Only the walk under RCU keeps the ids of the tree.
+        let walk_ids = if prog.ends_with(RCU_SUFFIX) {
+            capacity
+        } else {
+            1
+        };
         layer::open_map(open, "walk_ids")?
-            .set_max_entries(capacity)
+            .set_max_entries(walk_ids)
             .context("Failed to size the walk_ids map")?;
         layer::set_data(open, ".rodata", |rodata: &mut Rodata| {
             // Unknown: the masks go to the files, but the program reads them.

@@ -101,7 +101,6 @@ pub(crate) fn probe_with(root_fd: BorrowedFd, btf: Option<&Path>) -> Probe {
             config,
             lacking_memcg_kfuncs,
             controllers,
-            swap_files,
         },
         numa,
     ) = match KernelBtf::open(btf).and_then(read) {
@@ -146,9 +145,7 @@ pub(crate) fn probe_with(root_fd: BorrowedFd, btf: Option<&Path>) -> Probe {
             false => Err(lacking_memcg_kfuncs.join(", ")),
         },
         controllers: controllers.map_err(|e| format!("{e:#}")),
-        swap_files: swap_files
-            .and_then(|()| swap_files_this_boot(root_fd))
-            .map_err(|e| format!("{e:#}")),
+        swap_files: swap_files_this_boot(root_fd).map_err(|e| format!("{e:#}")),
         hugetlb_accounting: hugetlb_accounting
             .map(|_| ())
             .map_err(|e| format!("cannot tell whether memory.stat prints hugetlb: {e:#}")),
