@@ -15,7 +15,8 @@
 # The benchmark's own cgroups (bench.slice, probe.slice, work.slice) are
 # outside the NCG.
 #
-# Per recorder KEY in turn (none, spin, below09, main-bpf, bpf, bpf-locked, read, stream, bpf-before; a key whose
+# Per recorder KEY in turn (none, spin, below09, main-bpf, main-series,
+# main-series-locked, bpf, bpf-locked, read, stream, bpf-before; a key whose
 # binary is absent is written as skipped): the recorder in its own cgroup
 # (bench.slice/KEY), `record -i 1` with exitstats off, one sample of
 # warm-up, then ROUNDS rounds back to back of the workload's view: the
@@ -231,6 +232,12 @@ recorder() {
       return 0 ;;
     below09) bin=$BIN/below09 ;;
     main-bpf) bin=$BIN/below-main; echo "enable_cgroup_bpf = true" > "$rdir/extra.conf" ;;
+    # below main + the reader series (patches/below/reader): its pass walks
+    # under RCU where the kernel allows it.
+    main-series) bin=$BIN/below-main-series; echo "enable_cgroup_bpf = true" > "$rdir/extra.conf" ;;
+    # A build of it before its last patches: the pass holds cgroup_mutex for
+    # its whole walk (run.sh: BELOW_MAIN_SERIES_LOCKED_BIN).
+    main-series-locked) bin=$BIN/below-main-series-locked; echo "enable_cgroup_bpf = true" > "$rdir/extra.conf" ;;
     # stream: the patched kernel's *.stat.stream files (--kernels patched).
     bpf|read|stream) bin=$BIN/below; args="--cgroup-backend $key" ;;
     # The pass as a cgroup iterator under cgroup_mutex, on this same kernel.
@@ -287,7 +294,8 @@ recorder() {
   else
     echo "status=failed: no first sample after $(since "$c0") s" > "$dir/rec.txt"
   fi
-  # Which walk ours' pass ran (the plan it logs at start).
+  # Which walk the pass ran (the plan ours logs at start; below main + the
+  # whole series logs it too, a build before its last patches does not).
   grep -m1 -o 'the pass [a-z_ ]*' "$rdir/stderr" | sed 's/^/walk=/' >> "$dir/rec.txt" || true
   tail -n 5 "$rdir/stderr" | sed 's/^/stderr=/' >> "$dir/rec.txt"
   # Its store goes with it: no need to let it finish a sample.

@@ -4,7 +4,8 @@
 #                           [--out DIR] [-- cgroup-bench ARGS...]
 #        tests/bench/run.sh --fleet | --fleet-smoke [--vcpus 2,16,64] [--cgroups 5000]
 #                           [--procs 2000] [--rounds 3] [--window 5] [--workers 2]
-#                           [--recorders none,below09,main-bpf,bpf,bpf-locked,read,stream]
+#                           [--recorders none,below09,main-bpf,main-series,main-series-locked,
+#                                        bpf,bpf-locked,read,stream]
 #                           [--kernels debian-7.3] [--out DIR]
 # Builds release cgroup-bench and below, boots each kernel under QEMU (TCG,
 # tests/vm/run.sh), runs the benchmark in the guest and prints its markdown
@@ -59,9 +60,11 @@
 #             count (--numa from 16) one guest with --cgroups cgroups
 #             shaped by systemd, --procs sleeping processes and container
 #             churn; per recorder (none, below 0.9, below main
-#             enable_cgroup_bpf, ours BPF, ours BPF with the walk under
-#             cgroup_mutex (BSTATS_BPF_WALK=locked), ours plain read,
-#             ours stream (with --kernels patched);
+#             enable_cgroup_bpf, below main + the reader series
+#             (patches/below/reader) enable_cgroup_bpf, the same series
+#             with the walk under cgroup_mutex, ours BPF, ours BPF with
+#             the walk under cgroup_mutex (BSTATS_BPF_WALK=locked), ours
+#             plain read, ours stream (with --kernels patched);
 #             `record -i 1`, exitstats off) and round: a prober's mkdir/attach/detach/
 #             rmdir latency every 10 ms for --window s, then --workers
 #             throughput workers for --window s, the recorder's CPU per
@@ -74,7 +77,15 @@
 #             2-core host (1000 s at 2 vCPUs, 877 at 16, 858 at 64), most
 #             of it the recorders' first and slow samples (see the top of
 #             fleet-guest.sh): hence 5 s windows, not 20. Recorder
-#             bpf-before is $OURS_BEFORE_BIN.
+#             bpf-before is $OURS_BEFORE_BIN. Recorder main-bpf is
+#             tests/upstream/binaries.sh's stock build (or
+#             $BELOW_MAIN_BIN), main-series its patched one, below main +
+#             the whole series, whose pass walks under RCU (or
+#             $BELOW_MAIN_SERIES_BIN); main-series-locked is
+#             $BELOW_MAIN_SERIES_LOCKED_BIN only, a build of below main +
+#             the series before its last patches (those add the walk under
+#             RCU), whose pass holds cgroup_mutex for the whole walk: asked
+#             for without it, the run fails. Both with enable_cgroup_bpf.
 #   --fleet-native  the same script on this machine, natively: the tree in
 #             a cgroup2 subtree of its own (bstats-fleet, removed after, its
 #             processes killed) on the real CPUs, where a busy CPU does not
@@ -134,6 +145,14 @@ done
 
 [ $smoke = 0 ] || [ $mode = all ] || die "--smoke runs every section: no --$mode"
 [ ${#fleet_opts[@]} = 0 ] || [ $mode = fleet ] || die "${fleet_opts[0]} is an option of --fleet"
+if [ $mode = fleet ] && [[ ,$fleet_recorders, = *,main-series-locked,* ]]; then
+  # No build of it here: the series before its last patches is built by hand.
+  [ -n "${BELOW_MAIN_SERIES_LOCKED_BIN:-}" ] ||
+    die "recorder main-series-locked needs \$BELOW_MAIN_SERIES_LOCKED_BIN: a below main + the reader series built without its last patches (the walk under RCU)"
+  [ -x "$BELOW_MAIN_SERIES_LOCKED_BIN" ] ||
+    die "BELOW_MAIN_SERIES_LOCKED_BIN=$BELOW_MAIN_SERIES_LOCKED_BIN is not an executable"
+  BELOW_MAIN_SERIES_LOCKED_BIN=$(realpath "$BELOW_MAIN_SERIES_LOCKED_BIN")
+fi
 [ -n "$kernels" ] || kernels=$([ $mode = all ] && echo "debian-7.3 patched" || echo debian-7.3)
 
 log "building below 0.9.0 from crates.io (cached after the first time)"
@@ -151,7 +170,7 @@ host_adds+=(--add /usr/lib/os-release:/usr/lib/os-release --add tests/bench/host
 adds=(--add "$BENCH_BIN:/bin/cgroup-bench" --add "$BELOW_BIN:/bin/below"
       --add "$below09:/bin/below09" "${host_adds[@]}")
 recorder_args=(--below /bin/below --below09 /bin/below09)
-main_skip=
+main_skip='' series_skip=''
 if [[ $mode = bill || $mode = upstream || $mode = ratios || $mode = service || $mode = maps ||
       ($mode = fleet && ,$fleet_recorders, = *,main-bpf,*) ]] && [ -z "${BELOW_MAIN_BIN:-}" ]; then
   # below main's rows when its pinned tarball is here (built once, cached).
@@ -164,6 +183,15 @@ if [[ $mode = bill || $mode = upstream || $mode = ratios || $mode = service || $
 fi
 if [[ $mode = bill || $mode = upstream || $mode = maps ]] && [ -n "${BELOW_MAIN_BIN:-}" ] && [ -z "${BELOW_MAIN_SERIES_BIN:-}" ]; then
   BELOW_MAIN_SERIES_BIN=$(tests/upstream/binaries.sh patched | tail -n1) || BELOW_MAIN_SERIES_BIN=
+fi
+if [ $mode = fleet ] && [[ ,$fleet_recorders, = *,main-series,* ]] && [ -z "${BELOW_MAIN_SERIES_BIN:-}" ]; then
+  # below main + the reader series, as main-bpf's stock build.
+  mkdir -p "$out"
+  BELOW_MAIN_SERIES_BIN=$(tests/upstream/binaries.sh patched 2>"$out/below-main-series.log" | tail -n1) || {
+    BELOW_MAIN_SERIES_BIN=
+    series_skip="tests/upstream/binaries.sh patched failed: $(grep -v '^\s*$' "$out/below-main-series.log" | tail -n1)"
+    log "below main + series: $series_skip"
+  }
 fi
 if [ -n "${BELOW_MAIN_BIN:-}" ]; then
   adds+=(--add "$BELOW_MAIN_BIN:/bin/below-main")
@@ -388,6 +416,12 @@ fleet_report_args() {
       below09) _args+=("below09=below 0.9") ;;
       main-bpf) _args+=("main-bpf=below main, enable_cgroup_bpf")
         [ -n "${BELOW_MAIN_BIN:-}" ] || _args+=(--skip "main-bpf=${main_skip:-BELOW_MAIN_BIN not built}") ;;
+      main-series) _args+=("main-series=below main + series, BPF")
+        [ -n "${BELOW_MAIN_SERIES_BIN:-}" ] ||
+          _args+=(--skip "main-series=${series_skip:-BELOW_MAIN_SERIES_BIN not built}") ;;
+      main-series-locked) _args+=("main-series-locked=below main + series, BPF, walk under cgroup_mutex")
+        [ -n "${BELOW_MAIN_SERIES_LOCKED_BIN:-}" ] ||
+          _args+=(--skip "main-series-locked=BELOW_MAIN_SERIES_LOCKED_BIN not set") ;;
       bpf) _args+=("bpf=ours, BPF") ;;
       bpf-locked) _args+=("bpf-locked=ours, BPF, walk under cgroup_mutex") ;;
       read) _args+=("read=ours, plain read") ;;
@@ -405,6 +439,9 @@ env_note() {
   [ -z "${OURS_BEFORE_BIN:-}" ] || printf 'OURS_BEFORE_BIN=%s ' "$OURS_BEFORE_BIN"
   [ -z "${MAPS_BEFORE_SERIES_BIN:-}" ] || [ "$mode" != maps ] ||
     printf 'MAPS_BEFORE_SERIES_BIN=%s ' "$MAPS_BEFORE_SERIES_BIN"
+  [ -z "${BELOW_MAIN_SERIES_LOCKED_BIN:-}" ] || [ "$mode" != fleet ] ||
+    [[ ,$fleet_recorders, != *,main-series-locked,* ]] ||
+    printf 'BELOW_MAIN_SERIES_LOCKED_BIN=%s ' "$BELOW_MAIN_SERIES_LOCKED_BIN"
 }
 
 # --fleet: one guest per vCPU count, one after the other (one QEMU at a
@@ -423,6 +460,9 @@ bench_fleet() {
                --add "$BELOW_BIN:/bin/below" --add "$below09:/bin/below09"
                --add "$LOCKWAIT_BIN:/bin/cgroup-lock-wait" "${host_adds[@]}")
   [ -z "${BELOW_MAIN_BIN:-}" ] || fadds+=(--add "$BELOW_MAIN_BIN:/bin/below-main")
+  [ -z "${BELOW_MAIN_SERIES_BIN:-}" ] || fadds+=(--add "$BELOW_MAIN_SERIES_BIN:/bin/below-main-series")
+  [ -z "${BELOW_MAIN_SERIES_LOCKED_BIN:-}" ] ||
+    fadds+=(--add "$BELOW_MAIN_SERIES_LOCKED_BIN:/bin/below-main-series-locked")
   [ -z "${OURS_BEFORE_BIN:-}" ] || fadds+=(--add "$OURS_BEFORE_BIN:/bin/below-before")
   for n in ${fleet_vcpus//,/ }; do
     # Kernel memory grows with CPUs (per-CPU stats of every memcg).
@@ -483,6 +523,9 @@ bench_fleet_native() {
   ln -s "$below09" "$d/bin/below09"
   ln -s "$LOCKWAIT_BIN" "$d/bin/cgroup-lock-wait"
   [ -z "${BELOW_MAIN_BIN:-}" ] || ln -s "$BELOW_MAIN_BIN" "$d/bin/below-main"
+  [ -z "${BELOW_MAIN_SERIES_BIN:-}" ] || ln -s "$BELOW_MAIN_SERIES_BIN" "$d/bin/below-main-series"
+  [ -z "${BELOW_MAIN_SERIES_LOCKED_BIN:-}" ] ||
+    ln -s "$BELOW_MAIN_SERIES_LOCKED_BIN" "$d/bin/below-main-series-locked"
   [ -z "${OURS_BEFORE_BIN:-}" ] || ln -s "$OURS_BEFORE_BIN" "$d/bin/below-before"
   fleet_native_cleanup "$cg"
   mkdir "$cg"
