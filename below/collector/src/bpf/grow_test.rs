@@ -69,7 +69,7 @@ fn the_first_load_fits_the_tree_and_a_failed_growth_waits() {
     let second = format!("{:#}", sample(&mut loaded).unwrap_err());
     assert!(
         second.contains(&format!(
-            "has room for {room} of {} cgroups: growing it failed",
+            "has room for {room} of {} cgroups and growing it failed",
             room + 1
         )),
         "{second}"

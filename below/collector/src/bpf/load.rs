@@ -331,13 +331,13 @@ pub(crate) fn run_growing<P, T>(
     reload: impl Fn(&Loaded, u32) -> Result<P>,
 ) -> Result<(Pass, T)> {
     let had = loaded(program);
-    if let Some((at, cgroups)) = had.grow_failed.filter(|(at, _)| at.elapsed() < GROW_RETRY) {
+    // The same words each sample, so that below logs them once.
+    if let Some((_, cgroups)) = had.grow_failed.filter(|(at, _)| at.elapsed() < GROW_RETRY) {
         bail!(
-            "the records map has room for {} of {} cgroups: growing it failed {}s ago, \
-             tried again {}s after",
+            "the records map has room for {} of {} cgroups and growing it failed: \
+             tried again {}s after the failure",
             had.capacity,
             cgroups,
-            at.elapsed().as_secs(),
             GROW_RETRY.as_secs()
         );
     }
