@@ -220,12 +220,11 @@ impl Kernel {
 
 /// Whether this boot has memory.swap.* and .zswap.* (a kernel without
 /// CONFIG_SWAP has none; swapaccount=0 or cgroup.memory=noswap leave them
-/// out on some kernels), from a cgroup
-/// under `root` with the memory controller: the files are the same in
-/// every such cgroup. When no cgroup tells (none has the controller, the
-/// root cannot be listed), the files are left to the reader, which shows
-/// them as the kernel has them: values BPF served where the files do not
-/// exist would be made up.
+/// out on some kernels), from a cgroup under `root` with the memory
+/// controller: the files are the same in every such cgroup. When no cgroup
+/// tells (none has the controller, the root cannot be listed), the files
+/// are left to the reader, which shows them as the kernel has them: values
+/// BPF served where the files do not exist would be made up.
 pub(crate) fn swap_files_this_boot(root: BorrowedFd) -> Result<()> {
     let dir = format!("/proc/self/fd/{}", root.as_raw_fd());
     let children = std::fs::read_dir(&dir)
