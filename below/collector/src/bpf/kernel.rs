@@ -43,7 +43,9 @@ pub(crate) struct LoadConfig {
 }
 
 /// Each kfunc of the pass's walk under RCU (`<prog>_rcu`: the css
-/// iterator, 6.7, from the walk root found by id), with why not without it.
+/// iterator, from the walk root found by id), with why not without it.
+/// They are in 6.7; the form was tested on 6.12 and later, and where the
+/// verifier refuses it (it may on 6.7 to 6.11) the cgroup iterator runs.
 macro_rules! rcu_walk_kfuncs {
     ($($kfunc:literal),*) => {
         [$(($kfunc, concat!("kernel lacks kfunc ", $kfunc))),*]

@@ -223,8 +223,9 @@ impl Loaded {
             .set_max_entries(walk_ids)
             .context("Failed to size the walk_ids map")?;
         layer::set_data(open, ".rodata", |rodata: &mut Rodata| {
-            // Unknown: the masks go to the files, but the program reads them.
-            let words = config.cpus.map_or(CPU_WORDS, |cpus| cpus.div_ceil(64));
+            // Unknown: the masks go to the files, and none is read (past
+            // what the kernel allocated would be other objects).
+            let words = config.cpus.map_or(0, |cpus| cpus.div_ceil(64));
             rodata.cpumask_bytes = (words.min(CPU_WORDS) * 8) as u32;
             rodata.kfuncs = config.kfuncs;
             rodata.walk_root_id = root_id;
