@@ -203,6 +203,36 @@ upstream_binary() {
   (flock 8; build_variant "$1") 8>"$UP/.lock"
 }
 
+# The patched build with the walk under RCU turned off (rcu_walk_in() says
+# no), for measuring the cgroup iterator that kernels without that walk
+# run against stock on one kernel; built in the patched tree, which is
+# restored after. Prints $UP/bin/below-main-locked.
+locked_binary() {
+  local bin="$UP/bin/below-main-locked" key dir f rc
+  key="$(variant_key patched) locked"
+  if [ -x "$bin" ] && [ "$(cat "$bin.key" 2>/dev/null)" = "$key" ]; then
+    printf '%s\n' "$bin"; return
+  fi
+  upstream_binary patched >/dev/null
+  dir=$(upstream_tree patched)
+  f=$dir/below/cgroupfs/src/cgroup_bpf/kernel.rs
+  grep -q '^fn rcu_walk_in(btf: &KernelBtf) -> std::result::Result<(), &.static str> {$' "$f" \
+    || die "locked: no rcu_walk_in() in $f"
+  (
+    flock 8
+    cp "$f" "$f.orig"
+    sed -i '/^fn rcu_walk_in(/a\    if std::hint::black_box(true) {\n        return Err("turned off for a measurement");\n    }' "$f"
+    log "locked: cargo build --release -p below (log: $UP/build-locked.log)"
+    rc=0
+    ucargo "$dir" build --release -p below >"$UP/build-locked.log" 2>&1 || rc=$?
+    mv -f "$f.orig" "$f"
+    [ $rc -eq 0 ] || { tail -n 40 "$UP/build-locked.log" >&2; die "locked: build failed"; }
+    cp -f "$(target_of "$dir")/release/below" "$bin.tmp" && mv -f "$bin.tmp" "$bin"
+    echo "$key" >"$bin.key"
+  ) 8>"$UP/.lock"
+  printf '%s\n' "$bin"
+}
+
 build_variant() {
   local variant=$1 dir bin="$UP/bin/below-main-$1" t0=$SECONDS
   if [ "$variant" = patched ] && [ "$(variant_key patched)" = "$(variant_key stock)" ]; then
