@@ -82,10 +82,10 @@
 #             $BELOW_MAIN_BIN), main-series its patched one, below main +
 #             the whole series, whose pass walks under RCU (or
 #             $BELOW_MAIN_SERIES_BIN); main-series-locked is
-#             $BELOW_MAIN_SERIES_LOCKED_BIN only, a build of below main +
-#             the series before its last patches (those add the walk under
-#             RCU), whose pass holds cgroup_mutex for the whole walk: asked
-#             for without it, the run fails. Both with enable_cgroup_bpf.
+#             $BELOW_MAIN_SERIES_LOCKED_BIN only (tests/upstream/binaries.sh
+#             locked: the series with the walk under RCU turned off), whose
+#             pass holds cgroup_mutex for the whole walk: asked for without
+#             it, the run fails. Both with enable_cgroup_bpf.
 #   --fleet-native  the same script on this machine, natively: the tree in
 #             a cgroup2 subtree of its own (bstats-fleet, removed after, its
 #             processes killed) on the real CPUs, where a busy CPU does not
@@ -148,7 +148,7 @@ done
 if [ $mode = fleet ] && [[ ,$fleet_recorders, = *,main-series-locked,* ]]; then
   # No build of it here: the series before its last patches is built by hand.
   [ -n "${BELOW_MAIN_SERIES_LOCKED_BIN:-}" ] ||
-    die "recorder main-series-locked needs \$BELOW_MAIN_SERIES_LOCKED_BIN: a below main + the reader series built without its last patches (the walk under RCU)"
+    die "recorder main-series-locked needs \$BELOW_MAIN_SERIES_LOCKED_BIN: tests/upstream/binaries.sh locked (the series with the walk under RCU turned off)"
   [ -x "$BELOW_MAIN_SERIES_LOCKED_BIN" ] ||
     die "BELOW_MAIN_SERIES_LOCKED_BIN=$BELOW_MAIN_SERIES_LOCKED_BIN is not an executable"
   BELOW_MAIN_SERIES_LOCKED_BIN=$(realpath "$BELOW_MAIN_SERIES_LOCKED_BIN")
