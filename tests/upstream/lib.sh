@@ -30,24 +30,55 @@ HARNESS_VERSION=3
 # the Rust in its cgroup_bpf module, the BPF layer as its module `layer`).
 shared_files() {
   local f
-  for f in cgroup_bpf.bpf.c cgroup_bpf_record.h; do
+  for f in cgroup_bpf.bpf.c cgroup_bpf_record.h .clang-format; do
     echo "below/collector/src/bpf/$f below/cgroupfs/src/bpf/$f"
   done
   for f in contract.rs contract/tests.rs decode.rs decode/tests.rs kernel.rs kernel/tests.rs load.rs load/tests.rs; do
     echo "below/collector/src/bpf/$f below/cgroupfs/src/cgroup_bpf/$f"
   done
-  # The BPF layer those use (the collector's `layer`): the module `layer` there.
-  echo "below/bpf/src/layer.rs below/cgroupfs/src/cgroup_bpf/layer.rs"
+  # What those use of bstats-bpf (the collector's `layer` and `cputime`):
+  # modules of the same names there.
+  for f in layer.rs cputime.rs cputime/tests.rs; do
+    echo "below/bpf/src/$f below/cgroupfs/src/cgroup_bpf/$f"
+  done
 }
 
-# A shared file as the series carries it into TREE: in upstream's cgroupfs
-# crate, `cgroupfs::` is `crate::`, and Rust is formatted in upstream's
-# style (upstream_rustfmt).
+# The fork's own lines of a shared file, left out of the series (the
+# fork builds on the same code: a BTF file for tests, its bigger program
+# loaded with the same steps):
+#   a line ending in `// fork-only` or `/* fork-only */` (before a
+#     macro's `\`);
+#   the lines from `// fork-only {` to `// } fork-only` (or in /* */);
+#   `// series: TEXT` (or /* series: TEXT */): TEXT in the series, in
+#     place of the line that follows it.
+strip_fork_only() {
+  awk '
+    function marker(re) { return $0 ~ ("^[[:space:]]*(//|/\\*) " re "( \\*/)?[[:space:]]*\\\\?$") }
+    marker("fork-only [{]") { if (skip) { print "nested fork-only block at line " NR > "/dev/stderr"; exit 1 }; skip = NR; next }
+    marker("[}] fork-only") { if (!skip) { print "unopened fork-only block at line " NR > "/dev/stderr"; exit 1 }; skip = 0; next }
+    skip { next }
+    /(\/\/ fork-only|\/\* fork-only \*\/)[[:space:]]*\\?$/ { next }
+    /^[[:space:]]*(\/\/|\/\*) series: / {
+      match($0, /^[[:space:]]*/); indent = substr($0, 1, RLENGTH)
+      text = $0; sub(/^[[:space:]]*(\/\/|\/\*) series: /, "", text); sub(/ \*\/[[:space:]]*$/, "", text)
+      print indent text; replace = 1; next
+    }
+    replace { replace = 0; next }
+    # A blank line where one was printed before the lines left out.
+    /^[[:space:]]*$/ && NR > printed + 1 && blank { next }
+    { print; printed = NR; blank = ($0 ~ /^[[:space:]]*$/) }
+    END { if (skip) { print "fork-only block from line " skip " not closed" > "/dev/stderr"; exit 1 } }
+  '
+}
+
+# A shared file as the series carries it into TREE: without the fork's
+# lines (strip_fork_only); in upstream's cgroupfs crate, `cgroupfs::` is
+# `crate::`, and Rust is formatted in upstream's style (upstream_rustfmt).
 #   shared_file OURS TREE
 shared_file() {
   case "$1" in
-    *.rs) sed 's/\bcgroupfs::/crate::/g' "$REPO_ROOT/$1" | upstream_rustfmt "$2" ;;
-    *) cat "$REPO_ROOT/$1" ;;
+    *.rs) strip_fork_only <"$REPO_ROOT/$1" | sed 's/\bcgroupfs::/crate::/g' | upstream_rustfmt "$2" ;;
+    *) strip_fork_only <"$REPO_ROOT/$1" ;;
   esac
 }
 

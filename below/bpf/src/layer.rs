@@ -14,7 +14,7 @@
 
 //! A small layer over libbpf-rs for loading and reading BPF programs:
 //!
-//! - Load: `load(SkelBuilder::default(), None, |open| { open_map(open, "m")?.set_max_entries(n)?;
+//! - Load: `load(SkelBuilder::default(), |open| { open_map(open, "m")?.set_max_entries(n)?;
 //!   set_data(open, ".rodata", |r: &mut Rodata| r.x = 1) })` gives the loaded skeleton, which owns
 //!   its object; a failure says why (the verifier's verdict, a failed CO-RE relocation, else
 //!   libbpf's error, its warnings going to libbpf's print callback).
@@ -24,10 +24,10 @@
 //!   `attach_task_iter(&prog, tid)` attaches a task iterator to one thread.
 //! - Shared memory: `MapView::<T>::new(&map)?` mmaps an array map (`get`, `slice`);
 //!   `read::<T>(bytes)` for a value in bytes. `T` is `Pod` (skeleton types: `unsafe impl`).
-//! - BTF: `KernelBtf::open(None)` checks it once: `has_func` (kfuncs), `enum_values`.
-//! - Decoding: `cputime_adjust`, `page_size`.
+//! - BTF: `KernelBtf::open()` checks it once: `has_func` (kfuncs), `enum_values`.
+//! - `page_size`, for mappings and page counters.
 
-use std::ffi::CString;
+use std::ffi::CString; // fork-only
 use std::io::ErrorKind;
 use std::io::Read;
 use std::mem::MaybeUninit;
@@ -81,33 +81,35 @@ const LOG_SIZE: usize = 4 << 20;
 pub type Skeleton<B> = <<B as SkelBuilder<'static>>::Output as OpenSkel<'static>>::Output;
 
 /// Opens the object of the skeleton `builder` (libbpf-cargo's), lets
-/// `setup` size maps and fill `.rodata`, and loads it. `btf`: CO-RE
-/// relocates against this file instead of the running kernel's BTF.
+/// `setup` size maps and fill `.rodata`, and loads it.
+/// `btf`: CO-RE relocates against this file, not the kernel's BTF. // fork-only
 ///
 /// The skeleton owns its object (the storage libbpf-rs asks for is a
 /// pointer, leaked per load): its users keep it across samples and reload
 /// it to resize a map, with no lifetime to carry.
 pub fn load<B: SkelBuilder<'static>>(
     builder: B,
-    btf: Option<&Path>,
+    btf: Option<&Path>, // fork-only
     mut setup: impl FnMut(&mut OpenObject) -> Result<()>,
 ) -> Result<Skeleton<B>> {
+    // fork-only {
     let btf = btf
         .map(|p| CString::new(p.as_os_str().as_bytes()))
         .transpose()
-        .context("BTF path with a NUL byte")?;
+        .context("Failed to pass the BTF path: it holds a NUL byte")?;
+    // } fork-only
     let mut log = vec![0u8; LOG_SIZE];
     // libbpf-rs's builder has no per-object log buffer: the open options
     // are ours, everything after the open is libbpf-rs's.
     let opts = libbpf_sys::bpf_object_open_opts {
         sz: size_of::<libbpf_sys::bpf_object_open_opts>() as _,
-        btf_custom_path: btf.as_deref().map_or(std::ptr::null(), |p| p.as_ptr()),
+        btf_custom_path: btf.as_deref().map_or(std::ptr::null(), |p| p.as_ptr()), // fork-only
         kernel_log_buf: log.as_mut_ptr().cast(),
         kernel_log_size: log.len() as _,
         ..Default::default()
     };
-    // libbpf copies the path during the open and writes `log` only during
-    // the load below, which `log` outlives.
+    // libbpf writes `log` only during the load below, which `log` outlives.
+    // It copies the BTF path during the open. // fork-only
     let mut open = builder.open_opts(opts, Box::leak(Box::new(MaybeUninit::uninit())))?;
     setup(open.open_object_mut())?;
     let e = match open.load() {
@@ -242,7 +244,7 @@ pub fn run_iter(link: &Link, out: &mut Vec<u8>) -> Result<()> {
             Ok(0) => return Ok(()),
             Ok(_) => {}
             Err(e) if e.kind() == ErrorKind::Interrupted => {}
-            Err(e) => return Err(e).context("reading the BPF iterator failed"),
+            Err(e) => return Err(e).context("Failed to read the BPF iterator"),
         }
     }
 }
@@ -297,7 +299,9 @@ impl<T: Pod> MapView<T> {
     }
 
     /// A copy of entry `i`: a volatile read, not an atomic one, so read
-    /// it when no program writes it (after a pass).
+    /// it when no program writes it (after a pass). Safe, unlike
+    /// [`slice`](Self::slice): a write meanwhile tears the copy, while no
+    /// reference into the mapping outlives the read.
     pub fn get(&self, i: usize) -> T {
         assert!(i < self.entries, "entry {i} of {}", self.entries);
         // SAFETY: within the mapping; T is Pod.
@@ -329,22 +333,29 @@ impl<T: Pod> Drop for MapView<T> {
 /// The running kernel's BTF.
 pub const VMLINUX_BTF: &str = "/sys/kernel/btf/vmlinux";
 
-/// The kernel's BTF (or a file standing for it), read once: what every
-/// program checks before loading.
+/// The kernel's BTF, read once: what every program checks before loading.
+/// (Or a file standing for it.) // fork-only
 pub struct KernelBtf {
     /// For the module that holds this layer, which may read more of it.
     pub(super) btf: Btf<'static>,
 }
 
 impl KernelBtf {
-    /// [`VMLINUX_BTF`], or `custom`; Err says why there is none.
+    /// [`VMLINUX_BTF`]; Err says why there is none.
+    /// `custom`: that file instead. // fork-only
+    // series: pub fn open() -> Result<Self> {
     pub fn open(custom: Option<&Path>) -> Result<Self> {
-        let path = custom.unwrap_or(Path::new(VMLINUX_BTF));
-        if !path.exists() {
-            match custom {
-                None => bail!("the kernel has no BTF ({VMLINUX_BTF}; CONFIG_DEBUG_INFO_BTF)"),
-                Some(p) => bail!("no BTF at {}", p.display()),
+        let path = Path::new(VMLINUX_BTF);
+        // fork-only {
+        if let Some(custom) = custom {
+            if !custom.exists() {
+                bail!("no BTF at {}", custom.display());
             }
+        }
+        let path = custom.unwrap_or(path);
+        // } fork-only
+        if !path.exists() {
+            bail!("the kernel has no BTF ({VMLINUX_BTF}; CONFIG_DEBUG_INFO_BTF)");
         }
         let btf =
             Btf::from_path(path).with_context(|| format!("Failed to read {}", path.display()))?;
@@ -366,30 +377,6 @@ impl KernelBtf {
                 .collect(),
         )
     }
-}
-
-/// The kernel's cputime_adjust(): split rtime in the utime:stime ratio of
-/// the tick samples, never letting either go below `prev` (the last
-/// split; (0, 0) for a single one).
-pub fn cputime_adjust(rtime: u64, utime: u64, stime: u64, prev: (u64, u64)) -> (u64, u64) {
-    let (prev_u, prev_s) = prev;
-    if prev_u + prev_s >= rtime {
-        return prev;
-    }
-    let mut st = if stime == 0 {
-        0
-    } else if utime == 0 {
-        rtime
-    } else {
-        (stime as u128 * rtime as u128 / (stime as u128 + utime as u128)) as u64
-    };
-    st = st.max(prev_s);
-    let mut ut = rtime - st;
-    if ut < prev_u {
-        ut = prev_u;
-        st = rtime - ut;
-    }
-    (ut, st)
 }
 
 /// The size of a page, for mappings and page counters.

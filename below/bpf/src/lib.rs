@@ -16,9 +16,11 @@ use libbpf_rs::btf::BtfType;
 use libbpf_rs::libbpf_sys;
 use libbpf_rs::ProgramMut;
 
+pub use self::cputime::cputime_adjust;
 pub use self::layer::*;
 use self::says::libbpf_says;
 
+pub mod cputime;
 mod layer;
 mod says;
 

@@ -126,30 +126,6 @@ fn reads_the_kernels_btf_once() {
 }
 
 #[test]
-fn splits_cputime_like_cputime_adjust() {
-    use bstats_bpf::cputime_adjust;
-    // One split (a finished process): the ratio, exact.
-    assert_eq!(cputime_adjust(1000, 0, 0, (0, 0)), (1000, 0));
-    assert_eq!(cputime_adjust(1000, 4, 0, (0, 0)), (1000, 0));
-    assert_eq!(cputime_adjust(1000, 0, 4, (0, 0)), (0, 1000));
-    assert_eq!(cputime_adjust(1000, 3, 1, (0, 0)), (750, 250));
-    assert_eq!(cputime_adjust(1000, 300, 100, (0, 0)), (750, 250));
-    let big = u64::MAX / 2;
-    assert_eq!(
-        cputime_adjust(big, big, big, (0, 0)),
-        (big - big / 2, big / 2)
-    );
-    // Never below what was handed out: stime held, utime takes the
-    // rest; utime held, stime takes the rest.
-    assert_eq!(cputime_adjust(1000, 3, 1, (100, 600)), (400, 600));
-    assert_eq!(cputime_adjust(1000, 1, 3, (900, 0)), (900, 100));
-    // Across samples: neither part goes back.
-    assert_eq!(cputime_adjust(1000, 1, 1, (750, 250)), (750, 250));
-    assert_eq!(cputime_adjust(1100, 1000, 1, (750, 250)), (850, 250));
-    assert_eq!(cputime_adjust(1100, 1, 1000, (750, 250)), (750, 350));
-}
-
-#[test]
 fn decodes_c_strings_and_reads_clocks() {
     let mut name = [0i8; 8];
     for (d, b) in name.iter_mut().zip(b"burn\0x") {

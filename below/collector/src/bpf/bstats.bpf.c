@@ -8,6 +8,11 @@
  * `bstats` (one verification); all share the maps and globals of
  * cgroup_stats.
  */
+/* Before each pass (both forms): what the parts below report of it
+ * starts anew. */
+static void start_bstats(void);
+#define CGROUP_PASS_START() start_bstats()
+
 #include "cgroup_bpf.bpf.c"
 #include "cgroup_psi.bpf.c"
 #include "cgroup_numa.bpf.c"
@@ -137,4 +142,4 @@ static __noinline int visit_bstats(struct cgroup *cgrp,
   return 0;
 }
 
-CGROUP_PASS(bstats, start_bstats, visit_bstats)
+CGROUP_PASS(bstats, visit_bstats)

@@ -648,18 +648,24 @@ static __always_inline void list_cgroups(struct cgroup *root) {
   bpf_rcu_read_unlock();
 }
 
+/* fork-only { */
+/* What the fork's pass does first, before the walk root's flush. */
+#ifndef CGROUP_PASS_START
+#define CGROUP_PASS_START()
+#endif
+/* } fork-only */
+
 /* A pass program in both forms (see the top of this file): `name` and
- * `name##_rcu`. START() runs before the walk root's flush; VISIT(cgrp,
- * css) once per live cgroup, the walk root first. VISIT is a function of
- * its own (noinline): inlined into a loop, clang hoists CO-RE values out
- * of the checks that guard them (a poisoned relocation of something this
- * kernel lacks would then run).
+ * `name##_rcu`. VISIT(cgrp, css) runs once per live cgroup, the walk root
+ * first. VISIT is a function of its own (noinline): inlined into a loop,
+ * clang hoists CO-RE values out of the checks that guard them (a poisoned
+ * relocation of something this kernel lacks would then run).
  *
  * The walk under RCU lists the cgroups' ids first (list_cgroups), then
  * visits each by id holding a reference and RCU's read lock, with no
  * cgroup lock: a cgroup removed in between is left out, as by a reader
  * walking the directories. */
-#define CGROUP_PASS(name, START, VISIT)                                        \
+#define CGROUP_PASS(name, VISIT)                                               \
   SEC("iter.s/cgroup")                                                         \
   int name(struct bpf_iter__cgroup *ctx) {                                     \
     struct cgroup *cgrp = ctx->cgroup;                                         \
@@ -674,7 +680,7 @@ static __always_inline void list_cgroups(struct cgroup *root) {
     }                                                                          \
     if (ctx->meta->seq_num == 0) {                                             \
       pass_began = 1;                                                          \
-      START();                                                                 \
+      CGROUP_PASS_START(); /* fork-only */                                     \
       pass.nr_cgroups = 0;                                                     \
       flush_at_walk_root(cgrp);                                                \
     }                                                                          \
@@ -716,7 +722,7 @@ static __always_inline void list_cgroups(struct cgroup *root) {
       return 0;                                                                \
     }                                                                          \
     pass_began = 1;                                                            \
-    START();                                                                   \
+    CGROUP_PASS_START(); /* fork-only */                                       \
     pass.nr_cgroups = 0;                                                       \
     /* Removed since the load: an empty pass, as the iterator's. */            \
     root = bpf_cgroup_from_id(walk_root_id);                                   \
@@ -732,8 +738,6 @@ static __always_inline void list_cgroups(struct cgroup *root) {
     return 0;                                                                  \
   }
 
-static __always_inline void start_full(void) {}
-
 /* FULL: every group of every cgroup. */
 static __noinline int visit_full(struct cgroup *cgrp,
                                  struct cgroup_subsys_state *css) {
@@ -744,4 +748,4 @@ static __noinline int visit_full(struct cgroup *cgrp,
   return 0;
 }
 
-CGROUP_PASS(cgroup_stats, start_full, visit_full)
+CGROUP_PASS(cgroup_stats, visit_full)

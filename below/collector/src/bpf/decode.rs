@@ -26,9 +26,9 @@ use cgroupfs::Cpuset;
 use cgroupfs::MemNodes;
 
 use super::contract::*;
+use super::cputime::cputime_adjust;
 use super::kernel::LoadConfig;
 use super::layer;
-use super::layer::cputime_adjust;
 use crate::MemoryEvents;
 use crate::MemoryEventsLocal;
 use crate::MemoryStat;

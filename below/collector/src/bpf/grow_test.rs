@@ -14,9 +14,9 @@ use super::kernel::Kernel;
 use super::layer::KernelBtf;
 use super::load::capacity_for;
 use super::load::first_capacity;
-use super::load::run_growing;
 use super::load::Loaded;
 use super::load::FIRST_CAPACITY;
+use super::program::run_growing;
 
 #[test]
 fn the_first_load_fits_the_tree_and_a_failed_growth_waits() {
@@ -32,9 +32,7 @@ fn the_first_load_fits_the_tree_and_a_failed_growth_waits() {
     }
     let top = File::open(fx.top()).unwrap();
     assert_eq!(first_capacity(top.as_fd()), capacity_for(n + 1));
-    let config = Kernel::read(&KernelBtf::open(None).unwrap())
-        .unwrap()
-        .config;
+    let config = Kernel::read(&KernelBtf::open(None).unwrap()).config;
     let mut loaded = Loaded::first(top.as_fd(), config, None).unwrap();
     let runs = Cell::new(0);
     let reloads = Cell::new(0);

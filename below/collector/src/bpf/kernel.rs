@@ -207,16 +207,16 @@ pub(crate) struct Kernel {
 
 impl Kernel {
     /// What the kernel's BTF (or a file standing for it) says.
-    pub(crate) fn read(btf: &KernelBtf) -> Result<Self> {
+    pub(crate) fn read(btf: &KernelBtf) -> Self {
         let numa = btf.enum_values("numa_stat_item").is_some();
         let lacking_memcg_kfuncs = lacking_memcg_kfuncs(btf);
         let kfuncs = kfuncs_in(btf, &lacking_memcg_kfuncs);
         let config = LoadConfig::of_this_machine(kfuncs, numa, rcu_walk_in(btf));
-        Ok(Kernel {
+        Kernel {
             config,
             lacking_memcg_kfuncs,
             controllers: controllers_in(btf),
-        })
+        }
     }
 }
 

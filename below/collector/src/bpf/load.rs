@@ -21,8 +21,8 @@ use std::fmt;
 use std::os::fd::AsRawFd;
 use std::os::fd::BorrowedFd;
 use std::os::unix::fs::MetadataExt;
-use std::path::Path;
-use std::path::PathBuf;
+use std::path::Path; // fork-only
+use std::path::PathBuf; // fork-only
 use std::time::Duration;
 use std::time::Instant;
 
@@ -129,8 +129,10 @@ pub(crate) struct Loaded {
     capacity: u32,
     config: LoadConfig,
     walk: Walk,
+    // fork-only {
     /// BTF to relocate against instead of the running kernel's (tests).
     btf: Option<PathBuf>,
+    // } fork-only
     /// When growing the records map last failed, and for how many cgroups.
     grow_failed: Option<(Instant, u32)>,
 }
@@ -146,17 +148,18 @@ pub(crate) fn first_capacity(root: BorrowedFd) -> u32 {
     let path = format!("/proc/self/fd/{}/cgroup.stat", root.as_raw_fd());
     std::fs::read_to_string(path)
         .ok()
-        .and_then(|stat| {
-            stat.lines().find_map(|l| {
-                l.strip_prefix("nr_descendants ")?
-                    .trim()
-                    .parse::<u32>()
-                    .ok()
-            })
-        })
-        .map_or(FIRST_CAPACITY, |descendants| {
-            capacity_for(descendants.saturating_add(1))
-        })
+        .and_then(|stat| descendants(&stat))
+        .map_or(FIRST_CAPACITY, |n| capacity_for(n.saturating_add(1)))
+}
+
+/// The cgroups under a cgroup, from its cgroup.stat; None where the line
+/// is missing or not a number.
+fn descendants(stat: &str) -> Option<u32> {
+    stat.lines()
+        .find_map(|l| l.strip_prefix("nr_descendants "))?
+        .trim()
+        .parse()
+        .ok()
 }
 
 /// Records room for a tree of `cgroups`: a sixteenth and 64 more, so the
@@ -168,13 +171,23 @@ pub(crate) fn capacity_for(cgroups: u32) -> u32 {
 }
 
 impl Loaded {
-    /// The first load, in the form [`Walk::first`] picks. `btf`: CO-RE
-    /// relocations against this BTF file, not the kernel's.
-    pub(crate) fn first(root: BorrowedFd, config: LoadConfig, btf: Option<&Path>) -> Result<Self> {
-        let btf = btf.map(Path::to_path_buf);
+    /// The first load, in the form [`Walk::first`] picks.
+    /// `btf`: CO-RE relocations against this BTF file, not the kernel's. // fork-only
+    pub(crate) fn first(
+        root: BorrowedFd,
+        config: LoadConfig,
+        btf: Option<&Path>, // fork-only
+    ) -> Result<Self> {
+        let btf = btf.map(Path::to_path_buf); // fork-only
         let capacity = first_capacity(root);
         Walk::first(config.rcu_walk, |walk| {
-            Self::new(root, capacity, config, walk, btf.clone())
+            Self::new(
+                root,
+                capacity,
+                config,
+                walk,
+                btf.clone(), // fork-only
+            )
         })
     }
 
@@ -183,18 +196,29 @@ impl Loaded {
         capacity: u32,
         config: LoadConfig,
         walk: Walk,
-        btf: Option<PathBuf>,
+        btf: Option<PathBuf>, // fork-only
     ) -> Result<Self> {
         let prog = walk.program("cgroup_stats");
-        let skel = layer::load(CgroupBpfSkelBuilder::default(), btf.as_deref(), |open| {
-            Self::prepare(open, &prog, root, capacity, &config)
-        })?;
-        Self::attach(Box::new(skel), &prog, root, capacity, config, walk, btf)
+        let skel = layer::load(
+            CgroupBpfSkelBuilder::default(),
+            btf.as_deref(), // fork-only
+            |open| Self::prepare(open, &prog, root, capacity, &config),
+        )?;
+        Self::attach(
+            Box::new(skel),
+            &prog,
+            root,
+            capacity,
+            config,
+            walk,
+            btf, // fork-only
+        )
     }
 
     /// Before the load of an object holding the program: only `prog` is
     /// loaded (one verification); sizes its maps for `capacity` records and
     /// sets its constants.
+    // series: fn prepare(
     pub(crate) fn prepare(
         open: &mut OpenObject,
         prog: &str,
@@ -235,6 +259,7 @@ impl Loaded {
 
     /// After the load: attaches `prog` (the form `walk` names) over the
     /// cgroups under `root`, and maps the records and .bss.
+    // series: fn attach(
     pub(crate) fn attach(
         skel: Box<dyn Skel<'static>>,
         prog: &str,
@@ -242,7 +267,7 @@ impl Loaded {
         capacity: u32,
         config: LoadConfig,
         walk: Walk,
-        btf: Option<PathBuf>,
+        btf: Option<PathBuf>, // fork-only
     ) -> Result<Self> {
         let object = skel.object();
         let program = layer::prog(object, prog)?;
@@ -268,7 +293,7 @@ impl Loaded {
             capacity,
             config,
             walk,
-            btf,
+            btf, // fork-only
             grow_failed: None,
         })
     }
@@ -286,15 +311,65 @@ impl Loaded {
     }
 
     /// One pass over every cgroup under `root` (the root it was loaded
-    /// with), the map grown as [`run_growing`] does.
+    /// with). Where it finds more cgroups than the records map has room
+    /// for (the tree grew), the program is loaded again with more room and
+    /// the pass runs again.
     pub(crate) fn run_all(&mut self, root: BorrowedFd) -> Result<Pass> {
-        let (pass, ()) = run_growing(
-            self,
-            |loaded| loaded,
-            |loaded| Ok((loaded.run()?, ())),
-            |had, cap| Loaded::new(root, cap, had.config, had.walk.clone(), had.btf.clone()),
-        )?;
-        Ok(pass)
+        self.check_growth()?;
+        loop {
+            let pass = self.run()?;
+            let Some(cap) = self.room_for(&pass) else {
+                return Ok(pass);
+            };
+            let grown = Loaded::new(
+                root,
+                cap,
+                self.config,
+                self.walk.clone(),
+                self.btf.clone(), // fork-only
+            );
+            match grown {
+                Ok(grown) => *self = grown,
+                Err(e) => return Err(self.growth_failed(pass.cgroups, cap, e)),
+            }
+        }
+    }
+
+    /// Err while growing the records map failed less than [`GROW_RETRY`]
+    /// ago: samples fail at once, without a pass, in the same words (so
+    /// below logs them once).
+    // series: fn check_growth(&self) -> Result<()> {
+    pub(crate) fn check_growth(&self) -> Result<()> {
+        if let Some((_, cgroups)) = self.grow_failed.filter(|(at, _)| at.elapsed() < GROW_RETRY) {
+            bail!(
+                "the records map has room for {} of {} cgroups and growing it failed: \
+                 tried again {}s after the failure",
+                self.capacity,
+                cgroups,
+                GROW_RETRY.as_secs()
+            );
+        }
+        Ok(())
+    }
+
+    /// The room to load the program again with where `pass` found more
+    /// cgroups than the records map holds; None where they fit.
+    // series: fn room_for(&self, pass: &Pass) -> Option<u32> {
+    pub(crate) fn room_for(&self, pass: &Pass) -> Option<u32> {
+        (pass.cgroups > self.capacity).then(|| capacity_for(pass.cgroups))
+    }
+
+    /// `e`, why loading the program with room for `cap` records failed
+    /// after a pass of `cgroups`: remembered for [`Self::check_growth`].
+    // series: fn growth_failed(
+    pub(crate) fn growth_failed(
+        &mut self,
+        cgroups: u32,
+        cap: u32,
+        e: anyhow::Error,
+    ) -> anyhow::Error {
+        self.grow_failed = Some((Instant::now(), cgroups));
+        e.context(format!("Failed to grow the records map to {cap} cgroups"))
     }
 
     /// What the program was loaded with.
@@ -319,45 +394,6 @@ impl Loaded {
 /// How long a failed growth of the records map is not tried again: each
 /// try loads the program (a verifier pass) inside a sample.
 pub(crate) const GROW_RETRY: Duration = Duration::from_secs(60);
-
-/// Runs a pass of `program` until one fits: when a pass saw more cgroups
-/// than the records map has room for (the tree grew), `reload` loads the
-/// program again with room for `cap` (from `loaded`, the [`Loaded`] it
-/// had) and the pass runs again. Where that failed, samples fail at once,
-/// without a pass, for [`GROW_RETRY`]. `T`: what else a pass gives.
-pub(crate) fn run_growing<P, T>(
-    program: &mut P,
-    loaded: fn(&mut P) -> &mut Loaded,
-    mut run: impl FnMut(&mut P) -> Result<(Pass, T)>,
-    reload: impl Fn(&Loaded, u32) -> Result<P>,
-) -> Result<(Pass, T)> {
-    let had = loaded(program);
-    // The same words each sample, so that below logs them once.
-    if let Some((_, cgroups)) = had.grow_failed.filter(|(at, _)| at.elapsed() < GROW_RETRY) {
-        bail!(
-            "the records map has room for {} of {} cgroups and growing it failed: \
-             tried again {}s after the failure",
-            had.capacity,
-            cgroups,
-            GROW_RETRY.as_secs()
-        );
-    }
-    loop {
-        let (pass, more) = run(program)?;
-        let had = loaded(program);
-        if pass.cgroups <= had.capacity {
-            return Ok((pass, more));
-        }
-        let cap = capacity_for(pass.cgroups);
-        match reload(had, cap) {
-            Ok(grown) => *program = grown,
-            Err(e) => {
-                had.grow_failed = Some((Instant::now(), pass.cgroups));
-                return Err(e.context(format!("Failed to grow the records map to {cap} cgroups")));
-            }
-        }
-    }
-}
 
 /// The id of the cgroup `dir` is (its kernfs node id, the inode number
 /// cgroup2 gives it).

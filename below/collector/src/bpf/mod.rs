@@ -24,11 +24,11 @@
 //!   (`bstats-check verifier`).
 //!
 //! Shared with below main's series (patches/below/reader carries them
-//! verbatim, `tests/upstream/sync.sh --check`): `cgroup_bpf.bpf.c`,
-//! `cgroup_bpf_record.h`, `contract.rs`, `decode.rs`,
-//! `kernel.rs`, `load.rs` (with their tests) and bstats-bpf's `layer.rs`:
-//! they use nothing of the fork's, and a change to one goes into the series
-//! (`tests/upstream/sync.sh --refresh`). Pressure is the fork's alone: it
+//! without their lines marked fork-only, `tests/upstream/sync.sh --check`):
+//! `cgroup_bpf.bpf.c`, `cgroup_bpf_record.h`, `contract.rs`, `decode.rs`,
+//! `kernel.rs`, `load.rs` (with their tests) and bstats-bpf's `layer.rs` and
+//! `cputime.rs`: they use nothing of the fork's, and a change to one goes into
+//! the series (`tests/upstream/sync.sh --refresh`). Pressure is the fork's alone: it
 //! reads scheduler internals below main's program leaves to the files; so
 //! is memory.numa_stat, whose items' places BTF does not give.
 //!
@@ -79,6 +79,8 @@ use std::time::Instant;
 use anyhow::Result;
 /// The BPF layer (a module of its own where this code is part of below).
 use bstats_bpf as layer;
+/// The cputime split (a module of its own where this code is part of below).
+use bstats_bpf::cputime;
 
 use self::decode::Decoder;
 use self::decode::PrevCputime;

@@ -34,9 +34,7 @@ fn loads_finish_while_libbpf_prints_elsewhere() {
     let Some(root) = crate::mount::test_cgroup2("loads BPF") else {
         return;
     };
-    let config = Kernel::read(&KernelBtf::open(None).unwrap())
-        .unwrap()
-        .config;
+    let config = Kernel::read(&KernelBtf::open(None).unwrap()).config;
     let before = libbpf_rs::set_print(Some((PrintLevel::Debug, count)));
     static LOADING: AtomicBool = AtomicBool::new(true);
     // Opening an object (no load) makes libbpf print, outside the layer.

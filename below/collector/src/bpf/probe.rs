@@ -95,7 +95,7 @@ pub(crate) fn probe_with(root_fd: BorrowedFd, btf: Option<&Path>) -> Probe {
         capability: Err(NotServed::Unavailable(why)),
         backend: None,
     };
-    let read = |btf: KernelBtf| Ok((Kernel::read(&btf)?, NumaKernel::read(&btf)));
+    let read = |btf: KernelBtf| (Kernel::read(&btf), NumaKernel::read(&btf));
     let (
         Kernel {
             config,
@@ -103,7 +103,7 @@ pub(crate) fn probe_with(root_fd: BorrowedFd, btf: Option<&Path>) -> Probe {
             controllers,
         },
         numa,
-    ) = match KernelBtf::open(btf).and_then(read) {
+    ) = match KernelBtf::open(btf).map(read) {
         Ok(kernel) => kernel,
         Err(e) => return fail(format!("{e:#}")),
     };

@@ -26,7 +26,6 @@ use super::layer;
 use super::layer::MapView;
 use super::layer::Pod;
 use super::load::first_capacity;
-use super::load::run_growing;
 use super::load::Loaded;
 use super::load::Pass;
 use super::load::Walk;
@@ -348,6 +347,30 @@ impl Program {
     /// Whether it runs the top-N pass modes.
     pub(crate) fn ranks(&self) -> bool {
         matches!(self, Program::Fork(_))
+    }
+}
+
+/// Runs a pass of `program` until one fits, as [`Loaded::run_all`]
+/// does for below main's: `reload` loads it again with room for `cap`
+/// records (from `loaded`, the [`Loaded`] it has). `T`: what else a pass
+/// gives.
+pub(crate) fn run_growing<P, T>(
+    program: &mut P,
+    loaded: fn(&mut P) -> &mut Loaded,
+    mut run: impl FnMut(&mut P) -> Result<(Pass, T)>,
+    reload: impl Fn(&Loaded, u32) -> Result<P>,
+) -> Result<(Pass, T)> {
+    loaded(program).check_growth()?;
+    loop {
+        let (pass, more) = run(program)?;
+        let had = loaded(program);
+        let Some(cap) = had.room_for(&pass) else {
+            return Ok((pass, more));
+        };
+        match reload(had, cap) {
+            Ok(grown) => *program = grown,
+            Err(e) => return Err(had.growth_failed(pass.cgroups, cap, e)),
+        }
     }
 }
 

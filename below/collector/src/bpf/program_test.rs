@@ -107,7 +107,7 @@ fn each_record_has_its_cgroups_name_as_slots_change() {
     }
     fx.mkdir(OsStr::from_bytes(b"caf\xe9")).unwrap();
     let top = File::open(fx.top()).unwrap();
-    let kernel = Kernel::read(&KernelBtf::open(None).unwrap()).unwrap();
+    let kernel = Kernel::read(&KernelBtf::open(None).unwrap());
     let mut forms = vec![kernel.config];
     forms[0].rcu_walk = Err("tested as the cgroup iterator");
     if kernel.config.rcu_walk.is_ok() {

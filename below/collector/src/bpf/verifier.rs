@@ -214,7 +214,7 @@ pub fn verifier_stats(root: &Path, loads: usize) -> Result<VerifierStats> {
     crate::check_cgroup2_root(root)?;
     let root_fd = crate::read::open_root(root)?;
     let btf = KernelBtf::open(None)?;
-    let mut core = Kernel::read(&btf)?.config;
+    let mut core = Kernel::read(&btf).config;
     // As the backend sets them (bpf::probe).
     core.hugetlb_accounting = crate::mount::hugetlb_accounting()?;
     let config = ForkConfig {

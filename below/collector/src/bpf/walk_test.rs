@@ -51,7 +51,7 @@ fn the_rcu_pass_runs_while_cgroup_mutex_is_held() {
         return;
     };
     let root = File::open(root).unwrap();
-    let kernel = Kernel::read(&KernelBtf::open(None).unwrap()).unwrap();
+    let kernel = Kernel::read(&KernelBtf::open(None).unwrap());
     if let Err(why) = kernel.config.rcu_walk {
         println!("skipped: {why}");
         return;
@@ -119,7 +119,7 @@ fn a_walk_of_one_cgroup_is_one_record() {
     let fx = Fixture::new(&mount, "walk1", Controllers::Only(&[])).unwrap();
     let leaf = File::open(fx.top()).unwrap();
     let id = std::fs::metadata(fx.top()).unwrap().ino();
-    let kernel = Kernel::read(&KernelBtf::open(None).unwrap()).unwrap();
+    let kernel = Kernel::read(&KernelBtf::open(None).unwrap());
     let mut configs = vec![kernel.config];
     configs[0].rcu_walk = Err("tested as the cgroup iterator");
     if kernel.config.rcu_walk.is_ok() {

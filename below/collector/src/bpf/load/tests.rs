@@ -13,7 +13,8 @@
 // limitations under the License.
 
 //! Which form of the pass loads: under RCU where the kernel has the
-//! kfuncs and the verifier takes it, else the cgroup iterator, saying why.
+//! kfuncs and the verifier takes it, else the cgroup iterator, saying why;
+//! the room of the first load.
 
 use std::cell::RefCell;
 
@@ -74,4 +75,19 @@ fn an_error_when_neither_form_loads() {
         panic!("neither form loads, yet it returned a walk");
     };
     assert_eq!(e.to_string(), "verifier refused pass");
+}
+
+#[test]
+fn the_first_load_is_sized_from_cgroup_stat() {
+    let stat = "nr_descendants 41\nnr_dying_descendants 3\n";
+    assert_eq!(descendants(stat), Some(41));
+    assert_eq!(
+        descendants("nr_dying_descendants 3\nnr_descendants 0\n"),
+        Some(0)
+    );
+    // Missing or garbled: the load falls back to FIRST_CAPACITY.
+    assert_eq!(descendants("nr_dying_descendants 3\n"), None);
+    assert_eq!(descendants("nr_descendants many\n"), None);
+    assert_eq!(descendants(""), None);
+    assert_eq!(capacity_for(42), 42 + 2 + 64);
 }
