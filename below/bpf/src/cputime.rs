@@ -13,7 +13,7 @@
 // limitations under the License.
 
 //! CPU time as the kernel reports it: the user and system split of a
-//! task's or cgroup's runtime.
+//! runtime.
 
 /// The kernel's cputime_adjust(): split rtime in the utime:stime ratio of
 /// the tick samples, never letting either go below `prev` (the last

@@ -65,6 +65,7 @@ use libbpf_rs::ProgramMut;
 pub unsafe trait Pod: Copy {}
 
 /// A `T` read from the start of `bytes`; None when too short.
+// series: fn read<T: Pod>(bytes: &[u8]) -> Option<T> {
 pub fn read<T: Pod>(bytes: &[u8]) -> Option<T> {
     (bytes.len() >= size_of::<T>())
         // SAFETY: T is Pod and `bytes` holds at least its size;
@@ -166,8 +167,7 @@ pub fn set_data<T: Pod>(
         format!("Failed to read {section}: the BPF object holds no data for it")
     })?;
     // The skeleton's type holds the section's globals, padded to its
-    // alignment, which the section is not; statics (a printf's format)
-    // may follow them.
+    // alignment, which the section is not; other statics may follow them.
     if bytes.len() + align_of::<T>() <= size_of::<T>() {
         bail!(
             "{section} size mismatch: BPF {} bytes, Rust {}",
@@ -336,7 +336,8 @@ pub const VMLINUX_BTF: &str = "/sys/kernel/btf/vmlinux";
 /// The kernel's BTF, read once: what every program checks before loading.
 /// (Or a file standing for it.) // fork-only
 pub struct KernelBtf {
-    /// For the module that holds this layer, which may read more of it.
+    /// For the module that holds this layer, which may read more of it. // fork-only
+    // series: btf: Btf<'static>,
     pub(super) btf: Btf<'static>,
 }
 

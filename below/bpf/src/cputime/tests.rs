@@ -16,7 +16,7 @@ use super::cputime_adjust;
 
 #[test]
 fn splits_cputime_like_cputime_adjust() {
-    // One split (a finished process): the ratio, exact.
+    // A first split: the ratio, exact.
     assert_eq!(cputime_adjust(1000, 0, 0, (0, 0)), (1000, 0));
     assert_eq!(cputime_adjust(1000, 4, 0, (0, 0)), (1000, 0));
     assert_eq!(cputime_adjust(1000, 0, 4, (0, 0)), (0, 1000));

@@ -68,8 +68,8 @@ struct {
 } walk_ids SEC(".maps");
 
 /* What the last pass found: the one variable of .bss, which user space
- * maps. One struct, so that every object built from this file lays it out
- * alike (the compiler orders separate globals as it likes). */
+ * maps. One struct, so that its layout is the skeleton's whatever else the
+ * object holds (the compiler orders separate globals as it likes). */
 struct {
   /* Cgroups visited, counted past the map's capacity so user space knows
    * how far to grow it. */
@@ -332,8 +332,8 @@ static __always_inline void fill_cpu(struct cgroup_bpf_record *r,
 }
 
 /* Whole kernel arrays are read here in one call each and their items
- * picked after: a helper call per item costs more than the bytes. One
- * object runs one pass at a time (its loader's), so passes never share it. */
+ * picked after: a helper call per item costs more than the bytes. Passes
+ * of a loaded program run one at a time, so they never share it. */
 #define SCRATCH_LONGS 64
 static __u64 scratch[SCRATCH_LONGS] SEC(".data.work");
 

@@ -179,16 +179,20 @@ pub(crate) fn cpu_stat(r: &Record, prev: &mut PrevCputime) -> CpuStat {
     }
 }
 
-/// sched_weight_to_cgroup(scale_load_down(shares)). Saturating: ABSENT
-/// (no task_group.shares) decodes without overflow, and the caller leaves
-/// the file to the reader.
-pub(crate) fn cpu_weight(shares: u64) -> u32 {
+/// cpu.weight, as the kernel prints scale_load_down(shares). None where
+/// that rounds to 0 (a cpu.idle group): some kernels print 0, later ones
+/// clamp it to 1 (sched_weight_to_cgroup()), and BTF does not tell which,
+/// so that cgroup's file is read. Saturating: ABSENT (no
+/// task_group.shares) decodes without overflow, and the caller leaves the
+/// file to the reader.
+pub(crate) fn cpu_weight(shares: u64) -> Option<u32> {
     let w = if shares == 0 {
         0
     } else {
         (shares >> 10).max(2)
     };
-    (w.saturating_mul(100).saturating_add(512) / 1024).clamp(1, 10000) as u32
+    let weight = w.saturating_mul(100).saturating_add(512) / 1024;
+    (weight > 0).then(|| weight.min(10000) as u32)
 }
 
 pub(crate) fn controller_names(mask: u32) -> BTreeSet<String> {

@@ -97,7 +97,9 @@ pub(crate) fn fill(
     *tids_current = (pids && want(StatFile::PidsCurrent)).then_some(r.pids_current);
     *tids_max = (pids && want(StatFile::PidsMax)).then(|| pids_max(r));
     let cpu = !root && has(CGB_HAS_CPU);
-    *cpu_weight = (cpu && want(StatFile::CpuWeight)).then(|| decode::cpu_weight(r.weight));
+    *cpu_weight = (cpu && want(StatFile::CpuWeight))
+        .then(|| decode::cpu_weight(r.weight))
+        .flatten();
     *cpu_max = (cpu && want(StatFile::CpuMax))
         .then(|| decode::cpu_max(r))
         .flatten();

@@ -206,7 +206,8 @@ pub(crate) struct Kernel {
 }
 
 impl Kernel {
-    /// What the kernel's BTF (or a file standing for it) says.
+    /// What the kernel's BTF says.
+    /// (Or a file standing for it.) // fork-only
     pub(crate) fn read(btf: &KernelBtf) -> Self {
         let numa = btf.enum_values("numa_stat_item").is_some();
         let lacking_memcg_kfuncs = lacking_memcg_kfuncs(btf);

@@ -139,11 +139,13 @@ pub(crate) struct Loaded {
 
 /// Records room at the first load where the tree's size cannot be read;
 /// the map grows when a pass needs more.
+// series: const FIRST_CAPACITY: u32 = 256;
 pub(crate) const FIRST_CAPACITY: u32 = 256;
 
 /// Records room at the first load: for the tree under `root` as its
 /// cgroup.stat counts it, so that a host's first sample does not load the
 /// program twice (a verifier pass each).
+// series: fn first_capacity(root: BorrowedFd) -> u32 {
 pub(crate) fn first_capacity(root: BorrowedFd) -> u32 {
     let path = format!("/proc/self/fd/{}/cgroup.stat", root.as_raw_fd());
     std::fs::read_to_string(path)
@@ -166,6 +168,7 @@ fn descendants(stat: &str) -> Option<u32> {
 /// kernel pins little past what the tree needs while a growing tree
 /// reloads the program (a verifier pass) only about once per sixteenth it
 /// grows.
+// series: fn capacity_for(cgroups: u32) -> u32 {
 pub(crate) fn capacity_for(cgroups: u32) -> u32 {
     cgroups.saturating_add(cgroups / 16).saturating_add(64)
 }
@@ -299,10 +302,18 @@ impl Loaded {
     }
 
     /// Runs one pass.
+    // series: fn run(&mut self) -> Result<Pass> {
     pub(crate) fn run(&mut self) -> Result<Pass> {
         // The program prints nothing.
         layer::run_iter(&self.link, &mut Vec::new())?;
         let bss = self.bss.get(0);
+        // The walk root is always visited.
+        if bss.pass.nr_cgroups == 0 {
+            bail!(
+                "the pass visited no cgroup: the walk root was removed, or the thread \
+                 hosting the walk under RCU exited"
+            );
+        }
         Ok(Pass {
             cgroups: bss.pass.nr_cgroups,
             features: bss.pass.features,
@@ -321,14 +332,13 @@ impl Loaded {
             let Some(cap) = self.room_for(&pass) else {
                 return Ok(pass);
             };
-            let grown = Loaded::new(
+            match Loaded::new(
                 root,
                 cap,
                 self.config,
                 self.walk.clone(),
                 self.btf.clone(), // fork-only
-            );
-            match grown {
+            ) {
                 Ok(grown) => *self = grown,
                 Err(e) => return Err(self.growth_failed(pass.cgroups, cap, e)),
             }
@@ -343,7 +353,7 @@ impl Loaded {
         if let Some((_, cgroups)) = self.grow_failed.filter(|(at, _)| at.elapsed() < GROW_RETRY) {
             bail!(
                 "the records map has room for {} of {} cgroups and growing it failed: \
-                 tried again {}s after the failure",
+                 it is tried again {}s after the failure",
                 self.capacity,
                 cgroups,
                 GROW_RETRY.as_secs()
@@ -393,7 +403,7 @@ impl Loaded {
 
 /// How long a failed growth of the records map is not tried again: each
 /// try loads the program (a verifier pass) inside a sample.
-pub(crate) const GROW_RETRY: Duration = Duration::from_secs(60);
+const GROW_RETRY: Duration = Duration::from_secs(60);
 
 /// The id of the cgroup `dir` is (its kernfs node id, the inode number
 /// cgroup2 gives it).

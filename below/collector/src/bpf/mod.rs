@@ -235,6 +235,14 @@ impl BpfBackend {
             {
                 row_text = pressure_text;
             }
+            // A cpu.idle group's weight, which the record cannot tell.
+            if bpf.contains(StatFile::CpuWeight)
+                && r.level != 0
+                && decode::has(r, contract::CGB_HAS_CPU)
+                && decode::cpu_weight(r.weight).is_none()
+            {
+                row_text.insert(StatFile::CpuWeight);
+            }
             if bpf.contains(StatFile::CgroupControllers) {
                 row_text = existing(row_text, r.controllers);
             }

@@ -61,6 +61,7 @@ fn members(btf: &Btf, name: &str) -> Option<Vec<String>> {
 
 /// `read` of the BTF of the object `builder` opens (not loaded: no
 /// privilege needed).
+// series: fn object_btf<T>(
 pub(crate) fn object_btf<T>(
     builder: impl for<'o> SkelBuilder<'o>,
     read: impl FnOnce(&Btf) -> T,

@@ -110,7 +110,7 @@ fn full_record_decodes_in_the_files_units() {
         (cpu.nr_periods, cpu.nr_throttled, cpu.throttled_usec),
         (Some(10), Some(2), Some(5))
     );
-    assert_eq!(cpu_weight(r.weight), 100);
+    assert_eq!(cpu_weight(r.weight), Some(100));
     let max = cpu_max(&r).expect("cpu.max");
     assert_eq!((max.max_usec, max.period_usec), (50_000, 100_000));
 
@@ -200,10 +200,13 @@ fn cputime_stays_monotonic_across_samples() {
 
 #[test]
 fn converts_kernel_encodings() {
-    assert_eq!(cpu_weight(1024 << 10), 100);
-    assert_eq!(cpu_weight(10240 << 10), 1000);
+    assert_eq!(cpu_weight(1024 << 10), Some(100));
+    assert_eq!(cpu_weight(10240 << 10), Some(1000));
+    assert_eq!(cpu_weight(6 << 10), Some(1));
+    // cpu.idle (WEIGHT_IDLEPRIO, 3): 0 or 1 by kernel, left to the file.
+    assert_eq!(cpu_weight(3 << 10), None);
     // No task_group.shares: no overflow (a debug build would panic).
-    assert_eq!(cpu_weight(ABSENT), 10000);
+    assert_eq!(cpu_weight(ABSENT), Some(10000));
     assert_eq!(bits(&[0b101, 1], 128), BTreeSet::from([0, 2, 64]));
     assert_eq!(bits(&[0b101, 1], 2), BTreeSet::from([0]));
     assert_eq!(
