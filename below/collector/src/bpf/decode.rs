@@ -195,6 +195,13 @@ pub(crate) fn cpu_weight(shares: u64) -> Option<u32> {
     (weight > 0).then(|| weight.min(10000) as u32)
 }
 
+/// Whether the cgroup shows memory's files: its own memcg, with the
+/// controller enabled by its parent (cgroup.controllers lists it). A memcg
+/// made only because another controller depends on memory (io) shows none.
+pub(crate) fn has_memory_files(r: &Record) -> bool {
+    has(r, CGB_HAS_MEMCG) && r.controllers & (1 << CGB_CTRL_memory) != 0
+}
+
 pub(crate) fn controller_names(mask: u32) -> BTreeSet<String> {
     CONTROLLERS
         .iter()

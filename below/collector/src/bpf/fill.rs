@@ -126,13 +126,14 @@ pub(crate) fn fill(
     *cpuset_mems_effective = cpuset(StatFile::CpusetMemsEffective)
         .then(|| mems(r.mems_effective, cpuset_mems_effective.take()))
         .flatten();
-    *memory_stat =
-        (want(StatFile::MemoryStat) && has(CGB_HAS_MEMSTAT)).then(|| decode::memory_stat(r).into());
+    let memory_files = decode::has_memory_files(r);
+    *memory_stat = (want(StatFile::MemoryStat) && memory_files && has(CGB_HAS_MEMSTAT))
+        .then(|| decode::memory_stat(r).into());
     *memory_numa_stat = numa
-        .filter(|_| want(StatFile::MemoryNumaStat) && has(HAS_NUMA))
+        .filter(|_| want(StatFile::MemoryNumaStat) && memory_files && has(HAS_NUMA))
         .map(|(pass, rows)| numa_stat_09(pass.numa.stat(rows, pass.memory_nodes, d.page_size)));
     // The memcg's page counters and event arrays.
-    let memcg = |f| !root && has(CGB_HAS_MEMCG) && want(f);
+    let memcg = |f| !root && memory_files && want(f);
     *memory_current = memcg(StatFile::MemoryCurrent).then(|| d.bytes(r.mem_usage));
     *memory_swap_current = memcg(StatFile::MemorySwapCurrent).then(|| d.bytes(r.swap_usage));
     *memory_min = memcg(StatFile::MemoryMin).then(|| d.limit(r.mem_min));
@@ -166,7 +167,8 @@ pub(crate) fn rank_value(
         TopBy::Cpu => has(CGB_HAS_BSTAT).then_some(r.usage_ns / 1000),
         // ABSENT: a kernel whose page counter the program cannot read.
         TopBy::Memory => {
-            (has(CGB_HAS_MEMCG) && r.mem_usage != ABSENT).then(|| r.mem_usage * d.page_size)
+            (has(CGB_HAS_MEMCG) && decode::has_memory_files(r) && r.mem_usage != ABSENT)
+                .then(|| r.mem_usage * d.page_size)
         }
         TopBy::Pressure => pressure.filter(|_| has(HAS_PSI)).map(|p| {
             let t = PsiRows::from_fn(|i| p.total_ns[i] / 1000);

@@ -237,3 +237,19 @@ fn masks_it_cannot_tell_are_none() {
     assert_eq!(d.cpus(&words).unwrap().cpus.len(), CPU_WORDS);
     assert_eq!(d.mems(u64::MAX).unwrap().nodes.len(), 64);
 }
+
+#[test]
+fn memory_files_need_the_controller_enabled() {
+    let mut r = Record {
+        flags: CGB_HAS_MEMCG,
+        controllers: 1 << CGB_CTRL_memory,
+        ..Default::default()
+    };
+    assert!(has_memory_files(&r));
+    // io on without memory: the kernel makes a memcg, whose files hide.
+    r.controllers = 1 << CGB_CTRL_io;
+    assert!(!has_memory_files(&r));
+    r.controllers = 1 << CGB_CTRL_memory;
+    r.flags = 0;
+    assert!(!has_memory_files(&r));
+}
