@@ -313,9 +313,9 @@ impl<T: Pod> MapView<T> {
     /// # Safety
     ///
     /// No program may write the map while the slice lives: for an
-    /// iterator's output, no pass may run. A process with CAP_BPF can
-    /// reach any program and map by id; against it nothing here holds, as
-    /// for every reader of BPF maps.
+    /// iterator's output, no pass may run. A process with CAP_SYS_ADMIN
+    /// can open any program, link and map by id; against it nothing here
+    /// holds, as for every reader of BPF maps.
     pub unsafe fn slice(&self, n: usize) -> &[T] {
         // SAFETY: within the mapping; the caller keeps writers out.
         unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), n.min(self.entries)) }

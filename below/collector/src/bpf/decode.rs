@@ -49,7 +49,8 @@ pub(crate) struct Decoder {
     pub(crate) page_size: u64,
 }
 
-/// Last scaled (utime, stime) per cgroup id, for monotonic user/system.
+/// Last scaled (utime, stime) per cgroup id: the split the next sample
+/// starts from unless a text reader moved the kernel's past it.
 pub(crate) type PrevCputime = HashMap<u64, (u64, u64)>;
 
 impl Decoder {
@@ -158,7 +159,8 @@ pub(crate) fn cpu_stat(r: &Record, prev: &mut PrevCputime) -> CpuStat {
         (r.utime_ns, r.stime_ns)
     } else {
         // Start from the newer of the kernel's prev_cputime (moved by text
-        // readers) and ours, as the text would.
+        // readers) and ours, as the text would: a text reader's newer split
+        // may have a part below ours, and the file then prints it too.
         let kernel = (r.prev_utime_ns, r.prev_stime_ns);
         let ours = prev.entry(r.id).or_insert(kernel);
         let start = match *ours {
@@ -195,11 +197,13 @@ pub(crate) fn cpu_weight(shares: u64) -> Option<u32> {
     (weight > 0).then(|| weight.min(10000) as u32)
 }
 
-/// Whether the cgroup shows memory's files: its own memcg, with the
-/// controller enabled by its parent (cgroup.controllers lists it). A memcg
-/// made only because another controller depends on memory (io) shows none.
-pub(crate) fn has_memory_files(r: &Record) -> bool {
-    has(r, CGB_HAS_MEMCG) && r.controllers & (1 << CGB_CTRL_memory) != 0
+/// Whether the cgroup shows the files of the record's group `flag`, of
+/// the controller `ctrl` (a CGB_CTRL_* bit): the record has the group, and
+/// cgroup.controllers lists the controller. A css the kernel keeps without
+/// that shows no files: a memcg made because io depends on memory, a
+/// controller being disabled, the root's of one disabled at boot.
+pub(crate) fn shows(r: &Record, flag: u32, ctrl: u32) -> bool {
+    has(r, flag) && r.controllers & (1 << ctrl) != 0
 }
 
 pub(crate) fn controller_names(mask: u32) -> BTreeSet<String> {

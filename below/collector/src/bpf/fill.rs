@@ -93,17 +93,17 @@ pub(crate) fn fill(
                 && pass.exact(r, row)
         })
         .map(|(pass, row)| pass.pressure(row));
-    let pids = !root && has(CGB_HAS_PIDS);
+    let pids = !root && decode::shows(r, CGB_HAS_PIDS, CGB_CTRL_pids);
     *tids_current = (pids && want(StatFile::PidsCurrent)).then_some(r.pids_current);
     *tids_max = (pids && want(StatFile::PidsMax)).then(|| pids_max(r));
-    let cpu = !root && has(CGB_HAS_CPU);
+    let cpu = !root && decode::shows(r, CGB_HAS_CPU, CGB_CTRL_cpu);
     *cpu_weight = (cpu && want(StatFile::CpuWeight))
         .then(|| decode::cpu_weight(r.weight))
         .flatten();
     *cpu_max = (cpu && want(StatFile::CpuMax))
         .then(|| decode::cpu_max(r))
         .flatten();
-    let cpuset = |f| has(CGB_HAS_CPUSET) && want(f);
+    let cpuset = |f| decode::shows(r, CGB_HAS_CPUSET, CGB_CTRL_cpuset) && want(f);
     // Served only where the masks are known to fit (probe), so the
     // decoder always tells them.
     let cpus = |words: &[u64], old: Option<Cpuset>| match (old, d.cpus) {
@@ -126,7 +126,7 @@ pub(crate) fn fill(
     *cpuset_mems_effective = cpuset(StatFile::CpusetMemsEffective)
         .then(|| mems(r.mems_effective, cpuset_mems_effective.take()))
         .flatten();
-    let memory_files = decode::has_memory_files(r);
+    let memory_files = decode::shows(r, CGB_HAS_MEMCG, CGB_CTRL_memory);
     *memory_stat = (want(StatFile::MemoryStat) && memory_files && has(CGB_HAS_MEMSTAT))
         .then(|| decode::memory_stat(r).into());
     *memory_numa_stat = numa
@@ -166,10 +166,10 @@ pub(crate) fn rank_value(
     match by {
         TopBy::Cpu => has(CGB_HAS_BSTAT).then_some(r.usage_ns / 1000),
         // ABSENT: a kernel whose page counter the program cannot read.
-        TopBy::Memory => {
-            (has(CGB_HAS_MEMCG) && decode::has_memory_files(r) && r.mem_usage != ABSENT)
-                .then(|| r.mem_usage * d.page_size)
-        }
+        TopBy::Memory => (has(CGB_HAS_MEMCG)
+            && decode::shows(r, CGB_HAS_MEMCG, CGB_CTRL_memory)
+            && r.mem_usage != ABSENT)
+            .then(|| r.mem_usage * d.page_size),
         TopBy::Pressure => pressure.filter(|_| has(HAS_PSI)).map(|p| {
             let t = PsiRows::from_fn(|i| p.total_ns[i] / 1000);
             t.cpu_some + t.io_some + t.memory_some

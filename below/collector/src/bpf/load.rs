@@ -395,8 +395,8 @@ impl Loaded {
     pub(crate) fn records(&self, n: u32) -> &[Record] {
         // SAFETY: the kernel wrote the first `n` during the last run, and
         // no run happens while the slice (borrowing self) is alive: the
-        // link is ours (a process with CAP_BPF could run it by its id,
-        // which MapView::slice leaves out).
+        // link is ours (a process with CAP_SYS_ADMIN could open it by its
+        // id and run it, which MapView::slice leaves out).
         unsafe { self.records.slice(n as usize) }
     }
 }

@@ -238,7 +238,7 @@ impl BpfBackend {
             // A cpu.idle group's weight, which the record cannot tell.
             if bpf.contains(StatFile::CpuWeight)
                 && r.level != 0
-                && decode::has(r, contract::CGB_HAS_CPU)
+                && decode::shows(r, contract::CGB_HAS_CPU, contract::CGB_CTRL_cpu)
                 && decode::cpu_weight(r.weight).is_none()
             {
                 row_text.insert(StatFile::CpuWeight);

@@ -50,7 +50,7 @@ pub(crate) fn full() -> Record {
             | CGB_HAS_PIDS
             | CGB_HAS_CPUSET
             | CGB_HAS_BSTAT,
-        controllers: 0b1010,
+        controllers: 0b10_1011,
         subtree_control: 0b10,
         nr_descendants: 3,
         nr_dying_descendants: 1,
@@ -100,7 +100,7 @@ fn full_record_decodes_in_the_files_units() {
     );
     assert_eq!(
         controller_names(r.controllers),
-        BTreeSet::from(["cpu".to_owned(), "memory".to_owned()])
+        BTreeSet::from(["cpuset", "cpu", "memory", "pids"].map(String::from))
     );
 
     let cpu = cpu_stat(&r, &mut PrevCputime::new());
@@ -239,17 +239,15 @@ fn masks_it_cannot_tell_are_none() {
 }
 
 #[test]
-fn memory_files_need_the_controller_enabled() {
-    let mut r = Record {
-        flags: CGB_HAS_MEMCG,
-        controllers: 1 << CGB_CTRL_memory,
-        ..Default::default()
-    };
-    assert!(has_memory_files(&r));
+fn files_need_their_controller_listed() {
+    let mut r = full();
+    assert!(shows(&r, CGB_HAS_MEMCG, CGB_CTRL_memory));
+    assert!(shows(&r, CGB_HAS_CPUSET, CGB_CTRL_cpuset));
     // io on without memory: the kernel makes a memcg, whose files hide.
     r.controllers = 1 << CGB_CTRL_io;
-    assert!(!has_memory_files(&r));
+    assert!(!shows(&r, CGB_HAS_MEMCG, CGB_CTRL_memory));
+    // Listed, without the group in the record.
     r.controllers = 1 << CGB_CTRL_memory;
     r.flags = 0;
-    assert!(!has_memory_files(&r));
+    assert!(!shows(&r, CGB_HAS_MEMCG, CGB_CTRL_memory));
 }
