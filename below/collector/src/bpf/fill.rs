@@ -166,7 +166,7 @@ pub(crate) fn rank_value(
     match by {
         TopBy::Cpu => has(CGB_HAS_BSTAT).then_some(r.usage_ns / 1000),
         // ABSENT: a kernel whose page counter the program cannot read.
-        TopBy::Memory => (has(CGB_HAS_MEMCG)
+        TopBy::Memory => (r.level != 0
             && decode::shows(r, CGB_HAS_MEMCG, CGB_CTRL_memory)
             && r.mem_usage != ABSENT)
             .then(|| r.mem_usage * d.page_size),
